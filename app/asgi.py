@@ -1,0 +1,35 @@
+"""create_app(): the Litestar application. Cheap to build (`litestar run` builds it twice):
+the engine starts in the lifespan and vLLM is imported only there."""
+
+from litestar import Litestar
+from litestar.exceptions import HTTPException
+
+from app.docs import docs_assets_router, openapi_config
+from app.errors import APIError, exception_handler
+from app.request_log import RequestLogMiddleware, configure_logging
+from app.routes import ROUTE_HANDLERS
+from app.settings import Settings, SettingsError
+from plugins.engine.config import EngineConfig, EngineFactory
+from plugins.engine.plugin import EnginePlugin
+from plugins.spec import SpecConfig, SpecPlugin, load_spec
+
+
+def create_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None,
+               spec: SpecConfig | None = None) -> Litestar:
+    if settings is None:
+        try:
+            settings = Settings.from_env()
+        except SettingsError as exc:
+            raise SystemExit(f"choir: {exc}") from None
+    configure_logging(settings.log_level)
+    spec = spec or SpecConfig()
+    engine = EngineConfig(settings=settings) if engine_factory is None else EngineConfig(settings, engine_factory)
+    return Litestar(
+        route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
+        plugins=[EnginePlugin(engine), SpecPlugin(spec)],  # SpecPlugin last: it binds every handler
+        exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
+                            Exception: exception_handler},
+        middleware=[RequestLogMiddleware()],
+        openapi_config=openapi_config(load_spec(spec.spec_dir)),
+        request_max_body_size=16 * 1024 * 1024,
+    )

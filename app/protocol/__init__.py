@@ -1,0 +1,1 @@
+"""OpenAI wire types as msgspec Structs, one module per endpoint."""

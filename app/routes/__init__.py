@@ -1,0 +1,7 @@
+"""Handlers bound to the spec's operations (see plugins/spec.py), one module per resource."""
+
+from app.routes.chat import create_chat_completion
+from app.routes.completions import create_completion
+from app.routes.models import list_models
+
+ROUTE_HANDLERS = [list_models, create_completion, create_chat_completion]

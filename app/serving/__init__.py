@@ -1,0 +1,1 @@
+"""From a validated request to engine calls and back to OpenAI responses."""

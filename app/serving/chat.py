@@ -1,0 +1,136 @@
+"""POST /v1/chat/completions: messages → the chat template → choices on the engine → a response or SSE."""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from app.errors import bad_request
+from app.protocol.chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    Delta,
+)
+from app.protocol.common import Usage
+from app.serving.generation import Choice, collect, merge
+from app.serving.logprobs import chat_logprobs
+from app.serving.prompts import check_common
+from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
+from app.serving.streaming import StreamPlan, primed
+from plugins.engine.protocol import ChatTemplateOptions, Engine
+
+_encode = msgspec.json.encode
+_ROLE = Delta(role="assistant", content="")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatJob:
+    request: ChatCompletionRequest
+    model: str
+    response_id: str
+    created: int
+    choices: list[Choice]
+
+
+def _check_unsupported(request: ChatCompletionRequest) -> None:
+    if request.tools:
+        raise bad_request("tools are not supported by this server yet.", "tools")
+    if request.tool_choice not in (None, "none"):
+        raise bad_request("tool_choice needs tools, which this server does not support yet.", "tool_choice")
+    if request.response_format and request.response_format.get("type", "text") != "text":
+        raise bad_request("Only response_format type `text` is supported by this server yet.", "response_format")
+    if request.top_logprobs and not request.logprobs:
+        raise bad_request("top_logprobs needs logprobs set to true.", "top_logprobs")
+
+
+def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    return [{key: value for key, value in msgspec.to_builtins(message).items() if value is not None}
+            for message in request.messages]
+
+
+async def plan_chat(engine: Engine, request: ChatCompletionRequest, response_id: str, created: int) -> ChatJob:
+    model = check_common(engine, request)
+    _check_unsupported(request)
+    options = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
+                                  continue_final_message=request.continue_final_message,
+                                  kwargs=request.chat_template_kwargs or {})
+    try:
+        prompt = await engine.render_chat(_messages(request), options)
+    except (ValueError, TypeError) as exc:
+        raise bad_request(f"The messages cannot be rendered with the model's chat template: {exc}", "messages") from None
+    check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
+    if request.max_completion_tokens is not None:
+        requested, param = request.max_completion_tokens, "max_completion_tokens"
+    else:
+        requested, param = request.max_tokens, "max_tokens"
+    if requested == 0:
+        raise bad_request(f"{param} must be at least 1.", param)
+    max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    params = build_sampling_params(request, max_tokens=max_tokens, logprobs=logprobs,
+                                   defaults=engine.default_sampling_params)
+    choice = Choice(index=0, prompt_index=0, prompt=prompt, params=params, request_id=response_id)
+    return ChatJob(request, model, response_id, created, [choice])
+
+
+def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
+    if not job.request.logprobs:
+        return None
+    return ChatLogprobs(content=chat_logprobs(completion.token_ids, completion.logprobs or [],
+                                              job.request.top_logprobs or 0))
+
+
+async def complete_chat(engine: Engine, job: ChatJob) -> ChatCompletionResponse:
+    outputs = await collect(engine, job.choices)
+    choices = []
+    completion_tokens = 0
+    for choice, output in zip(job.choices, outputs, strict=True):
+        completion = output.outputs[0]
+        completion_tokens += len(completion.token_ids)
+        choices.append(ChatChoice(index=choice.index, message=AssistantMessage(content=completion.text),
+                                  logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason,
+                                  stop_reason=completion.stop_reason))
+    prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
+    return ChatCompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
+                                  usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens))
+
+
+async def stream_chat(engine: Engine, job: ChatJob) -> AsyncIterator[bytes]:
+    plan = StreamPlan.of(job.request.stream_options)
+    generated = {choice.index: 0 for choice in job.choices}
+    started: set[int] = set()
+
+    def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
+        usage = None
+        if plan.continuous_usage:
+            prompt_tokens = len(choice.prompt.token_ids)
+            usage = Usage(prompt_tokens, generated[choice.index], prompt_tokens + generated[choice.index])
+        return _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model,
+                                           choices=[choice_chunk], usage=usage))
+
+    async def chunks(outputs) -> AsyncIterator[bytes]:
+        async for choice, output in outputs:
+            if choice.index not in started:
+                started.add(choice.index)
+                yield chunk(choice, ChatChunkChoice(index=choice.index, delta=_ROLE))
+            completion = output.outputs[0]
+            generated[choice.index] += len(completion.token_ids)
+            if not completion.text and completion.finish_reason is None and not completion.token_ids:
+                continue
+            yield chunk(choice, ChatChunkChoice(
+                index=choice.index, delta=Delta(content=completion.text) if completion.text else Delta(),
+                logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
+        if plan.include_usage:
+            prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
+            completion_tokens = sum(generated.values())
+            yield _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
+                                              usage=Usage(prompt_tokens, completion_tokens,
+                                                          prompt_tokens + completion_tokens)))
+
+    return await primed(chunks(merge(engine, job.choices)))

@@ -1,0 +1,40 @@
+"""Request-level checks every generation endpoint shares: model name, prompt forms, stream options."""
+
+from typing import Any
+
+from app.errors import bad_request
+from app.protocol.common import SamplingFields
+from plugins.engine.protocol import Engine
+
+
+def check_common(engine: Engine, request: SamplingFields) -> str:
+    """Validate what both endpoints share; return the model name to report."""
+    if request.model is not None and request.model not in engine.served_model_names:
+        raise bad_request(
+            f"The model `{request.model}` does not exist. Served: {', '.join(engine.served_model_names)}.", "model")
+    if request.n != 1:
+        raise bad_request("n > 1 is not supported yet: send n separate requests, or n=1.", "n")
+    if request.stream_options is not None and not request.stream:
+        raise bad_request("stream_options can only be set when stream is true.", "stream_options")
+    return engine.served_model_names[0]
+
+
+def completion_prompts(prompt: str | list[Any]) -> list[str] | list[list[int]]:
+    """The four OpenAI prompt forms as a list of strings or a list of token-id lists."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise bad_request("prompt must not be an empty list.", "prompt")
+    if all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    if all(_is_token_id(t) for t in prompt):
+        return [list(prompt)]
+    if all(isinstance(p, list) and p and all(_is_token_id(t) for t in p) for p in prompt):
+        return [list(p) for p in prompt]
+    raise bad_request(
+        "prompt must be a string, a list of strings, a list of token ids, or a list of non-empty token-id lists.",
+        "prompt")
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

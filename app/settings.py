@@ -1,0 +1,107 @@
+"""Choir's settings: read once from the environment (and `.env` when present), validated up front.
+
+Every setting is a `CHOIR_*` variable; `.env.example` lists them with their defaults.
+Invalid values raise `SettingsError` with one line that names the variable and what to fix.
+"""
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_MODEL_DIR = PROJECT_ROOT / "models" / "choir-tiny"
+BUNDLED_MODEL_NAME = "choir-tiny"
+
+# Engine flags for the bundled tiny model: small context and batch keep the CPU KV cache
+# (VLLM_CPU_KVCACHE_SPACE, GiB) small, and CUDA graphs are pointless for it.
+BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """A setting has a value Choir cannot start with."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = str(BUNDLED_MODEL_DIR)
+    served_model_name: str = BUNDLED_MODEL_NAME
+    engine_args: tuple[str, ...] = ()
+    max_n: int = 128
+    log_level: str = "info"
+    log_prompts: bool = False
+    environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_bundled_model(self) -> bool:
+        return Path(self.model).resolve() == BUNDLED_MODEL_DIR
+
+    def engine_argv(self, platform_defaults: tuple[str, ...] = ()) -> list[str]:
+        """The engine's flags in vLLM CLI syntax: Choir's defaults first, so the user's win."""
+        model_defaults = BUNDLED_MODEL_ENGINE_ARGS if self.is_bundled_model else ()
+        return ["--model", self.model, "--served-model-name", self.served_model_name,
+                *platform_defaults, *model_defaults, *self.engine_args]
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
+        env = dict(os.environ if environ is None else environ)
+        env_file = PROJECT_ROOT / ".env" if env_file is None else env_file
+        if env_file.is_file():
+            from dotenv import dotenv_values
+
+            for key, value in dotenv_values(env_file).items():
+                if value is not None:
+                    env.setdefault(key, value)  # the real environment wins over .env
+
+        model = env.get("CHOIR_MODEL") or str(BUNDLED_MODEL_DIR)
+        bundled = Path(model).resolve() == BUNDLED_MODEL_DIR
+        if (model.startswith((".", "/", "~")) or bundled) and not Path(model).expanduser().is_dir():
+            hint = " Run `make install` to build the bundled model." if bundled else ""
+            raise SettingsError(f"CHOIR_MODEL={model!r} is not a directory.{hint}")
+        default_name = BUNDLED_MODEL_NAME if bundled else model
+        served_model_name = env.get("CHOIR_SERVED_MODEL_NAME") or default_name
+        try:
+            engine_args = tuple(shlex.split(env.get("CHOIR_ENGINE_ARGS", "")))
+        except ValueError as exc:
+            raise SettingsError(f"CHOIR_ENGINE_ARGS cannot be split into flags: {exc}.") from None
+        for flag in ("--model", "--served-model-name"):
+            if any(arg == flag or arg.startswith(flag + "=") for arg in engine_args):
+                setting = "CHOIR_MODEL" if flag == "--model" else "CHOIR_SERVED_MODEL_NAME"
+                raise SettingsError(f"CHOIR_ENGINE_ARGS must not contain {flag}: set {setting} instead.")
+        log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()
+        if log_level not in LOG_LEVELS:
+            raise SettingsError(f"CHOIR_LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}.")
+        return cls(
+            model=str(Path(model).expanduser()) if Path(model).expanduser().is_dir() else model,
+            served_model_name=served_model_name,
+            engine_args=engine_args,
+            max_n=_positive_int(env, "CHOIR_MAX_N", 128),
+            log_level=log_level,
+            log_prompts=_boolean(env, "CHOIR_LOG_PROMPTS", False),
+            environ=env,
+        )
+
+
+def _positive_int(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an integer.") from None
+    if value < 1:
+        raise SettingsError(f"{name}={raw!r} must be at least 1.")
+    return value
+
+
+def _boolean(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false).")

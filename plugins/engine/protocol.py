@@ -1,0 +1,58 @@
+"""What Choir needs from an engine: the seam between the HTTP layer and vLLM.
+
+`VllmEngine` implements it over vLLM's `AsyncLLM`; tests implement it with scripted fakes.
+Sampling parameters and outputs are vLLM's own types (`SamplingParams`, `RequestOutput`),
+so the seam adds no translation of its own.
+"""
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import msgspec
+from litestar.di import NamedDependency
+from litestar.params import SkipValidation
+
+
+class Prompt(msgspec.Struct, frozen=True):
+    """A prompt rendered and tokenized for the engine."""
+
+    token_ids: list[int]
+    text: str | None
+    engine_input: Any  # opaque to Choir: handed back to `Engine.generate`
+
+
+class ChatTemplateOptions(msgspec.Struct, frozen=True):
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    kwargs: dict[str, Any] = {}
+
+
+class EngineDead(Exception):
+    """The engine can no longer serve requests."""
+
+
+class Engine(Protocol):
+    served_model_names: tuple[str, ...]
+    model_root: str
+    max_model_len: int
+    version: str
+    default_sampling_params: dict[str, Any]  # from the model's generation_config
+
+    @property
+    def is_alive(self) -> bool: ...
+
+    async def render_completion(self, prompts: list[str] | list[list[int]], *, detokenize: bool) -> list[Prompt]: ...
+
+    async def render_chat(self, messages: list[dict[str, Any]], options: ChatTemplateOptions) -> Prompt: ...
+
+    def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]: ...
+
+    def token_strings(self, token_ids: list[int]) -> list[str]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def num_unfinished_requests(self) -> int: ...
+
+
+# How handlers ask for the engine: injected by name, and not validated (a Protocol cannot be).
+EngineDependency = NamedDependency[SkipValidation[Engine]]

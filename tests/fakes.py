@@ -1,0 +1,132 @@
+"""A scripted, recording engine for route-level tests: what reaches the engine, and what comes back.
+
+Tokens are characters (token id = code point + 3; 0..2 are bos/eos/pad), so prompts and
+outputs are easy to predict. Outputs are vLLM's own `RequestOutput`/`CompletionOutput` types.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugins.engine.protocol import ChatTemplateOptions, Prompt
+
+BOS = 0
+
+
+def encode(text: str) -> list[int]:
+    return [ord(ch) + 3 for ch in text]
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(chr(i - 3) if i >= 3 else "" for i in ids)
+
+
+@dataclass
+class Call:
+    prompt: Prompt
+    params: Any
+    request_id: str
+
+
+@dataclass
+class FakeEngine:
+    """`script(prompt_text, params) -> list of text pieces` decides what each request generates."""
+
+    script: Callable[[str, Any], list[str]] = lambda prompt, params: ["Hello", " world", "!"]
+    served_model_names: tuple[str, ...] = ("fake-model",)
+    model_root: str = "/models/fake"
+    max_model_len: int = 64
+    version: str = "fake"
+    default_sampling_params: dict[str, Any] = field(default_factory=dict)
+    is_alive: bool = True
+    fail_with: BaseException | None = None
+    delay: float = 0.0
+    calls: list[Call] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+
+    async def render_completion(self, prompts, *, detokenize: bool) -> list[Prompt]:
+        out = []
+        for p in prompts:
+            ids = [BOS, *encode(p)] if isinstance(p, str) else list(p)
+            out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else decode(ids), engine_input=ids))
+        return out
+
+    async def render_chat(self, messages, options: ChatTemplateOptions) -> Prompt:
+        text = "".join(f"<{m['role']}>{_text(m.get('content'))}" for m in messages)
+        if options.add_generation_prompt:
+            text += "<assistant>"
+        ids = [BOS, *encode(text)]
+        return Prompt(token_ids=ids, text=text, engine_input=ids)
+
+    def token_strings(self, token_ids: list[int]) -> list[str]:
+        return ["<s>" if i == BOS else decode([i]) for i in token_ids]
+
+    async def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]:
+        from vllm.outputs import CompletionOutput, RequestOutput
+        from vllm.sampling_params import RequestOutputKind
+
+        self.calls.append(Call(prompt, params, request_id))
+        if self.fail_with is not None:
+            raise self.fail_with
+        pieces = self.script(decode(prompt.token_ids), params)[: params.max_tokens]
+        delta = params.output_kind == RequestOutputKind.DELTA
+        self.running.add(request_id)
+        try:
+            text, ids, logprobs = "", [], []
+            for i, piece in enumerate(pieces):
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                last = i == len(pieces) - 1
+                finish = ("length" if len(pieces) == params.max_tokens else "stop") if last else None
+                piece_ids = encode(piece)
+                piece_lps = [_logprobs(t, params.logprobs) for t in piece_ids] if params.logprobs is not None else None
+                if delta:
+                    text, ids, logprobs = piece, piece_ids, piece_lps
+                else:
+                    text, ids = text + piece, ids + piece_ids
+                    logprobs = (logprobs + piece_lps) if piece_lps is not None else None
+                if delta or last:
+                    prompt_lps = None
+                    if params.prompt_logprobs is not None and (i == 0 or not delta):
+                        prompt_lps = [None, *(_logprobs(t, params.prompt_logprobs) for t in prompt.token_ids[1:])]
+                    output = CompletionOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=None,
+                                              logprobs=logprobs, finish_reason=finish)
+                    yield RequestOutput(request_id=request_id, prompt=prompt.text, prompt_token_ids=prompt.token_ids,
+                                        prompt_logprobs=prompt_lps, outputs=[output], finished=last)
+        except asyncio.CancelledError:
+            self.aborted.append(request_id)
+            raise
+        finally:
+            self.running.discard(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def num_unfinished_requests(self) -> int:
+        return len(self.running)
+
+
+def _logprobs(token_id: int, k: int) -> dict[int, Any]:
+    from vllm.logprobs import Logprob
+
+    entries = {token_id: Logprob(logprob=-0.5, rank=1, decoded_token=decode([token_id]))}
+    for j in range(1, k):
+        entries[3 + j] = Logprob(logprob=-1.0 - j, rank=j + 1, decoded_token=decode([3 + j]))
+    return entries
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return content or ""
+
+
+def fake_engine_factory(engine: FakeEngine) -> Callable[..., Any]:
+    @asynccontextmanager
+    async def factory(settings) -> AsyncIterator[FakeEngine]:
+        yield engine
+
+    return factory
