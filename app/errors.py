@@ -11,7 +11,7 @@ from http import HTTPStatus
 import msgspec
 import structlog
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
 from app.protocol.common import ErrorDetail, ErrorResponse
 from plugins.engine.protocol import EngineDead
@@ -58,7 +58,7 @@ def error_for(exc: BaseException) -> APIError:
         return _http_error(exc)
     if isinstance(exc, EngineDead):
         return APIError(503, "The engine is not running; the server cannot generate. Retry once it is healthy.")
-    if isinstance(exc, (ValueError, TypeError, OverflowError)):
+    if isinstance(exc, (ValueError, TypeError, OverflowError)) or _is_vllm_client_error(exc):
         # vLLM reports invalid requests (token ids out of vocabulary, too many logprobs) so.
         param = getattr(exc, "parameter", None)
         return bad_request(str(exc).split(" (parameter=")[0], param)
@@ -83,11 +83,25 @@ def _validation_error(exc: ValidationException) -> APIError:
 
 def _http_error(exc: HTTPException) -> APIError:
     status = exc.status_code
+    if status == 400 and _caused_by(exc, (SerializationException, msgspec.DecodeError)):
+        return bad_request(f"The request body is not valid JSON: {exc.detail}.")
     if status == 404:
         return APIError(404, f"{exc.detail}. See GET /schema for the routes this server has.")
     if status == 405:
         return APIError(405, f"{exc.detail}. See GET /schema for the methods each route accepts.")
     return APIError(status, str(exc.detail))
+
+
+def _is_vllm_client_error(exc: BaseException) -> bool:
+    return any(cls.__name__ == "VLLMClientError" for cls in type(exc).__mro__)  # without importing vLLM
+
+
+def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bool:
+    while exc is not None:
+        if isinstance(exc, types):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def error_json(exc: BaseException) -> bytes:

@@ -33,8 +33,11 @@ async def collect(engine: Engine, choices: list[Choice]) -> list[Any]:
             last = output
         return last
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(final(choice)) for choice in choices]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(final(choice)) for choice in choices]
+    except BaseExceptionGroup as failed:  # the first failure is the one to report
+        raise failed.exceptions[0] from None
     return [task.result() for task in tasks]
 
 

@@ -27,23 +27,20 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
     values.pop("max_tokens", None)
     values.update({name: getattr(request, name) for name in _OPTIONAL_FIELDS if getattr(request, name) is not None})
     stop = request.stop
-    try:
-        return sampling_params(
-            n=1,
-            max_tokens=max_tokens,
-            stop=[stop] if isinstance(stop, str) else stop,
-            stop_token_ids=request.stop_token_ids,
-            ignore_eos=request.ignore_eos,
-            min_tokens=request.min_tokens,
-            logprobs=logprobs,
-            prompt_logprobs=prompt_logprobs,
-            include_stop_str_in_output=request.include_stop_str_in_output,
-            skip_special_tokens=request.skip_special_tokens,
-            output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
-            **values,
-        )
-    except ValueError as exc:  # vLLM's own checks, e.g. min_tokens > max_tokens
-        raise bad_request(str(exc).split(" (parameter=")[0], getattr(exc, "parameter", None)) from None
+    return sampling_params(
+        n=1,
+        max_tokens=max_tokens,
+        stop=[stop] if isinstance(stop, str) else stop,
+        stop_token_ids=request.stop_token_ids,
+        ignore_eos=request.ignore_eos,
+        min_tokens=request.min_tokens,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        skip_special_tokens=request.skip_special_tokens,
+        output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
+        **values,
+    )
 
 
 def check_prompt_fits(prompt_tokens: int, max_model_len: int, param: str) -> None:
