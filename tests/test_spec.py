@@ -1,0 +1,102 @@
+"""spec/openapi.yaml is the source of the routes: the app's OpenAPI must agree with it."""
+
+import shutil
+
+import msgspec
+import pytest
+import yaml
+from litestar.exceptions import ImproperlyConfiguredException
+from openapi_spec_validator import validate
+
+from app.asgi import create_app
+from app.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from app.protocol.common import ErrorResponse
+from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
+from app.protocol.models import ModelList
+from app.settings import Settings
+from plugins.spec import METHODS, SPEC_DIR, SpecConfig, load_spec
+from tests.fakes import FakeEngine, fake_engine_factory
+
+WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
+              ChatCompletionChunk, ModelList, ErrorResponse]
+
+
+def operations(doc: dict) -> set[tuple[str, str, str]]:
+    return {(path, method, op["operationId"]) for path, item in doc["paths"].items()
+            for method, op in item.items() if method in METHODS}
+
+
+def make_app(spec_dir=SPEC_DIR):
+    return create_app(Settings(), engine_factory=fake_engine_factory(FakeEngine()), spec=SpecConfig(spec_dir))
+
+
+def test_spec_and_generated_openapi_are_valid_and_agree():
+    spec = load_spec()
+    generated = make_app().openapi_schema.to_schema()
+    validate(spec)
+    validate(generated)
+    assert operations(generated) == operations(spec)
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            ours = generated["paths"][path][method]
+            if "requestBody" in op:
+                assert _required_fields(spec, op) == _required_fields(generated, ours), (path, method)
+            assert set(ours["responses"]) >= {code for code in op["responses"] if code.startswith("2")}
+
+
+def _required_fields(doc: dict, op: dict) -> set[str]:
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    if "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return set(schema.get("required", []))
+
+
+def test_spec_schemas_are_the_wire_types():
+    """The spec's component schemas are exactly what app/protocol's Structs accept and produce."""
+    _, components = msgspec.json.schema_components(WIRE_TYPES, ref_template="#/components/schemas/{name}")
+    assert load_spec()["components"]["schemas"] == msgspec.json.decode(msgspec.json.encode(components))
+
+
+def test_post_operations_answer_200_as_the_spec_says():
+    routes = {(r.path, m): h for r in make_app().routes for h in getattr(r, "route_handlers", [])
+              for m in h.http_methods}
+    assert routes[("/v1/completions", "POST")].status_code == 200
+    assert routes[("/v1/chat/completions", "POST")].status_code == 200
+
+
+def _spec_copy(tmp_path, edit) -> object:
+    shutil.copytree(SPEC_DIR, tmp_path / "spec")
+    path = tmp_path / "spec" / "openapi.yaml"
+    doc = yaml.safe_load(path.read_text())
+    edit(doc)
+    path.write_text(yaml.safe_dump(doc))
+    return tmp_path / "spec"
+
+
+def test_an_operation_without_handler_stops_startup(tmp_path):
+    def add(doc):
+        doc["paths"]["/v1/embeddings"] = {"post": {"operationId": "createEmbedding", "responses": {"200": {
+            "description": "x"}}}}
+
+    with pytest.raises(ImproperlyConfiguredException, match="createEmbedding"):
+        make_app(_spec_copy(tmp_path, add))
+
+
+def test_a_handler_outside_the_spec_stops_startup(tmp_path):
+    def remove(doc):
+        del doc["paths"]["/version"]
+
+    with pytest.raises(ImproperlyConfiguredException, match="'version'"):
+        make_app(_spec_copy(tmp_path, remove))
+
+
+def test_routes_follow_the_spec(tmp_path):
+    """The path is the spec's: moving it in the spec moves the route."""
+    def move(doc):
+        doc["paths"]["/v1/engine-version"] = doc["paths"].pop("/version")
+
+    from litestar.testing import TestClient
+
+    with TestClient(make_app(_spec_copy(tmp_path, move))) as client:
+        assert client.get("/v1/engine-version").status_code == 200
+        assert client.get("/version").status_code == 404
