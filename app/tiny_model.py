@@ -1,7 +1,9 @@
 """Build a tiny, deterministic, random-weight Llama model directory for tests.
 
-The directory (tokenizer + safetensors weights) is created offline and loads in
-vLLM like any Hugging Face model; its output is gibberish by design.
+The directory (byte-level BPE tokenizer with a chat template, safetensors
+weights) is created offline and loads in vLLM like any Hugging Face model. Its
+output is gibberish by design, but always printable ASCII, and it never samples
+eos or other special tokens on its own, so generations run to max_tokens.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ listened to the others, and together they made one song out of many small parts.
 def _corpus() -> list[str]:
     lines = [line for line in _CORPUS.splitlines() if line.strip()]
     # Vary case and joining so merges cover capitalised words and word boundaries.
-    variants = [*lines, *(l.lower() for l in lines), *(l.upper() for l in lines)]
+    variants = [*lines, *(line.lower() for line in lines), *(line.upper() for line in lines)]
     variants += [" ".join(lines[i : i + 3]) for i in range(len(lines))]
     return variants * 20
 
@@ -169,6 +171,8 @@ def build(target: Path, *, force: bool = False) -> Path:
         (tmp / MARKER).write_text(BUILDER_VERSION + "\n", encoding="utf-8")
         for path in (tmp, *tmp.iterdir()):  # mkdtemp and safetensors create private files
             path.chmod(0o755 if path.is_dir() else 0o644)
+        if not force and is_complete(target):
+            return target  # a concurrent builder finished first
         if target.exists():
             stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.replace(target, stale / "model")
@@ -176,7 +180,7 @@ def build(target: Path, *, force: bool = False) -> Path:
         try:
             os.replace(tmp, target)
         except OSError:
-            # A concurrent builder got there first; its result is just as good.
+            # A concurrent builder got there first; its result is as good as ours.
             if not is_complete(target):
                 raise
     finally:

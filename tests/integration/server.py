@@ -1,0 +1,76 @@
+"""Start Choir for real: uvicorn on a free loopback port over the real vLLM engine."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 300
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    base_url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, timeout: float = 60) -> int:
+        children = self.descendants()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        _, alive = psutil.wait_procs(children, timeout=15)
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"processes left behind after SIGTERM: {[p.pid for p in alive]}"
+        return code
+
+
+def start_server(log_path: Path, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", **(env or {})}
+    log = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--host", "127.0.0.1",
+         "--port", str(port)],
+        cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
+    )
+    server = Server(process, f"http://127.0.0.1:{port}", log_path)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Choir exited with {process.returncode} while starting:\n{server.log()[-4000:]}")
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"Choir did not become healthy in {START_TIMEOUT}s:\n{server.log()[-4000:]}")
