@@ -30,7 +30,6 @@ class Settings:
     engine_args: tuple[str, ...] = ()
     max_n: int = 128
     log_level: str = "info"
-    log_prompts: bool = False
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -78,7 +77,6 @@ class Settings:
             engine_args=engine_args,
             max_n=_positive_int(env, "CHOIR_MAX_N", 128),
             log_level=log_level,
-            log_prompts=_boolean(env, "CHOIR_LOG_PROMPTS", False),
             environ=env,
         )
 
@@ -94,14 +92,3 @@ def _positive_int(env: dict[str, str], name: str, default: int) -> int:
     if value < 1:
         raise SettingsError(f"{name}={raw!r} must be at least 1.")
     return value
-
-
-def _boolean(env: dict[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false).")

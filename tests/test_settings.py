@@ -1,0 +1,85 @@
+"""Settings: environment and .env, defaults, and one clear line for every bad value."""
+
+import subprocess
+import sys
+
+import pytest
+
+from app.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
+from tests.integration.server import ROOT
+
+
+def settings(tmp_path, **env) -> Settings:
+    return Settings.from_env(env, env_file=tmp_path / "missing.env")
+
+
+def test_defaults_serve_the_bundled_model(tmp_path):
+    s = settings(tmp_path)
+    assert s.model == str(BUNDLED_MODEL_DIR) and s.served_model_name == BUNDLED_MODEL_NAME
+    assert s.max_n == 128 and s.is_bundled_model
+    argv = s.engine_argv(("--no-enable-chunked-prefill",))
+    assert argv[:4] == ["--model", str(BUNDLED_MODEL_DIR), "--served-model-name", BUNDLED_MODEL_NAME]
+    assert "--no-enable-chunked-prefill" in argv and "--max-model-len" in argv
+
+
+def test_another_model_is_served_under_its_id(tmp_path):
+    s = settings(tmp_path, CHOIR_MODEL="org/some-model")
+    assert s.served_model_name == "org/some-model" and "--max-model-len" not in s.engine_argv()
+
+
+def test_user_engine_args_come_last_so_they_win(tmp_path):
+    s = settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --enable-chunked-prefill")
+    assert s.engine_argv(("--no-enable-chunked-prefill",))[-3:] == ["--max-model-len", "512",
+                                                                   "--enable-chunked-prefill"]
+
+
+def test_env_file_is_read_and_the_environment_wins(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("CHOIR_SERVED_MODEL_NAME=from-file\nCHOIR_MAX_N=7\n")
+    s = Settings.from_env({"CHOIR_MAX_N": "9"}, env_file=env_file)
+    assert s.served_model_name == "from-file" and s.max_n == 9
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"CHOIR_MODEL": "/no/such/dir"}, "CHOIR_MODEL"),
+    ({"CHOIR_MAX_N": "many"}, "CHOIR_MAX_N"),
+    ({"CHOIR_MAX_N": "0"}, "CHOIR_MAX_N"),
+    ({"CHOIR_LOG_LEVEL": "loud"}, "CHOIR_LOG_LEVEL"),
+    ({"CHOIR_ENGINE_ARGS": "--max-model-len '512"}, "CHOIR_ENGINE_ARGS"),
+    ({"CHOIR_ENGINE_ARGS": "--model x"}, "CHOIR_MODEL"),
+])
+def test_bad_settings_are_one_clear_error(tmp_path, env, fragment):
+    with pytest.raises(SettingsError, match=fragment) as raised:
+        settings(tmp_path, **env)
+    assert "\n" not in str(raised.value)
+
+
+def test_engine_args_go_through_vllms_own_parser(tmp_path):
+    from plugins.engine.vllm_engine import parse_engine_args
+
+    args = parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --max-logprobs 5"),
+                             on_cpu=True)
+    assert args.max_model_len == 512 and args.max_logprobs == 5 and args.enable_chunked_prefill is False
+    assert args.served_model_name == [BUNDLED_MODEL_NAME]
+
+
+@pytest.mark.parametrize("flags, fragment", [("--no-such-flag", "--no-such-flag"),
+                                             ("--max-model-len lots", "max-model-len")])
+def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
+    from plugins.engine.vllm_engine import parse_engine_args
+
+    with pytest.raises(SettingsError, match=fragment) as raised:
+        parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS=flags), on_cpu=True)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("env", [{"CHOIR_MAX_N": "many"}, {"CHOIR_ENGINE_ARGS": "--no-such-flag"}])
+def test_server_with_a_bad_setting_exits_with_one_line(env):
+    """Both kinds: checked when the app is built, and when the engine's flags are parsed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--port", "0"],
+        cwd=ROOT, env={**__import__("os").environ, **env}, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("choir:")]
+    assert len(lines) == 1 and list(env)[0] in lines[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
