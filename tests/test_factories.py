@@ -1,0 +1,42 @@
+"""Many generated requests, valid by the wire types' own constraints: none may produce a 5xx."""
+
+import msgspec
+from polyfactory.factories.msgspec_factory import MsgspecFactory
+
+from app.protocol.chat import ChatCompletionRequest
+from app.protocol.completions import CompletionRequest
+
+
+class CompletionRequestFactory(MsgspecFactory[CompletionRequest]):
+    __allow_none_optionals__ = True
+
+
+class ChatRequestFactory(MsgspecFactory[ChatCompletionRequest]):
+    __allow_none_optionals__ = True
+
+
+def check(response) -> int:
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    return response.status_code
+
+
+def test_generated_completion_requests_never_fail_with_5xx(client):
+    CompletionRequestFactory.seed_random(1)
+    statuses = []
+    for _ in range(150):
+        body = msgspec.to_builtins(CompletionRequestFactory.build())
+        body.pop("model", None)
+        statuses.append(check(client.post("/v1/completions", json=body)))
+    assert 200 in statuses  # the generator does reach the engine
+
+
+def test_generated_chat_requests_never_fail_with_5xx(client):
+    ChatRequestFactory.seed_random(2)
+    statuses = []
+    for _ in range(150):
+        body = msgspec.to_builtins(ChatRequestFactory.build(tools=None, tool_choice=None, response_format=None))
+        body.pop("model", None)
+        statuses.append(check(client.post("/v1/chat/completions", json=body)))
+    assert 200 in statuses
