@@ -9,8 +9,10 @@ from app.errors import APIError, exception_handler
 from app.request_log import RequestLogMiddleware, configure_logging
 from app.routes import ROUTE_HANDLERS
 from app.settings import Settings, SettingsError
+from plugins.aggregation import AggregationPlugin
 from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin
+from plugins.fanout import FanOut, FanOutPlugin
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
 
 
@@ -26,7 +28,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
     engine = EngineConfig(settings=settings) if engine_factory is None else EngineConfig(settings, engine_factory)
     return Litestar(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
-        plugins=[EnginePlugin(engine), SpecPlugin(spec)],  # SpecPlugin last: it binds every handler
+        # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
+        plugins=[FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         middleware=[RequestLogMiddleware()],

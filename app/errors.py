@@ -54,6 +54,8 @@ def error_for(exc: BaseException) -> APIError:
         return exc
     if isinstance(exc, ValidationException):
         return _validation_error(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        return _field_error(str(exc), None)
     if isinstance(exc, HTTPException):
         return _http_error(exc)
     if isinstance(exc, EngineDead):
@@ -71,8 +73,10 @@ def _validation_error(exc: ValidationException) -> APIError:
     if not extra:  # e.g. a body that is not JSON at all
         return bad_request(f"The request body is not valid JSON: {exc.detail}.")
     first = extra[0] if isinstance(extra[0], dict) else {}
-    message = str(first.get("message") or exc.detail)
-    key = first.get("key")
+    return _field_error(str(first.get("message") or exc.detail), first.get("key"))
+
+
+def _field_error(message: str, key: str | None) -> APIError:
     match = _MSGSPEC_PATH.search(message)
     if match:  # msgspec names the field as a JSON path: `$.messages[0].role`
         key = match["path"].lstrip(".") or None

@@ -96,7 +96,7 @@ class FakeEngine:
                                               logprobs=logprobs, finish_reason=finish)
                     yield RequestOutput(request_id=request_id, prompt=prompt.text, prompt_token_ids=prompt.token_ids,
                                         prompt_logprobs=prompt_lps, outputs=[output], finished=last)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # as vLLM's generate: leaving early aborts
             self.aborted.append(request_id)
             raise
         finally:

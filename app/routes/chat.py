@@ -1,22 +1,28 @@
 from litestar import Request, Response
+from litestar.params import SkipValidation
 
+from app.protocol import parse_strict
 from app.protocol.chat import ChatCompletionRequest
 from app.routes.request_ids import now, request_base_id
 from app.routes.responses import json_response, sse_response
 from app.serving.chat import complete_chat, plan_chat, stream_chat
+from plugins.aggregation import AggregatorDependency, prompt_tokens
 from plugins.engine.protocol import EngineDependency
+from plugins.fanout import FanOutDependency
 from plugins.spec import operation
 
 
 @operation("createChatCompletion")
-async def create_chat_completion(data: ChatCompletionRequest, engine: EngineDependency,
+async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], engine: EngineDependency, fan_out: FanOutDependency,
+                                 aggregator: AggregatorDependency,
                                  request: Request) -> Response:
+    data = parse_strict(data, ChatCompletionRequest)
     base_id = request_base_id(request)
     request.state.response_id = response_id = f"chatcmpl-{base_id}"
-    job = await plan_chat(engine, data, response_id, now())
-    request.state.prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
+    job = await plan_chat(engine, fan_out, data, response_id, now())
+    request.state.prompt_tokens = prompt_tokens(job.choices)
     if data.stream:
-        return sse_response(await stream_chat(engine, job), base_id)
-    response = await complete_chat(engine, job)
+        return sse_response(await stream_chat(aggregator, job), base_id)
+    response = await complete_chat(aggregator, job)
     request.state.completion_tokens = response.usage.completion_tokens
     return json_response(response, base_id)

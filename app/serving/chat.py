@@ -1,6 +1,7 @@
 """POST /v1/chat/completions: messages → the chat template → choices on the engine → a response or SSE."""
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +18,13 @@ from app.protocol.chat import (
     ChatLogprobs,
     Delta,
 )
-from app.protocol.common import Usage
-from app.serving.generation import Choice, collect, merge
 from app.serving.logprobs import chat_logprobs
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
+from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
+from plugins.fanout import Choice, FanOut, PromptRequest
 
 _encode = msgspec.json.encode
 _ROLE = Delta(role="assistant", content="")
@@ -54,8 +55,10 @@ def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
             for message in request.messages]
 
 
-async def plan_chat(engine: Engine, request: ChatCompletionRequest, response_id: str, created: int) -> ChatJob:
+async def plan_chat(engine: Engine, fan_out: FanOut, request: ChatCompletionRequest, response_id: str,
+                    created: int) -> ChatJob:
     model = check_common(engine, request)
+    fan_out.check(request.n, request.seed)
     _check_unsupported(request)
     options = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                   continue_final_message=request.continue_final_message,
@@ -75,8 +78,8 @@ async def plan_chat(engine: Engine, request: ChatCompletionRequest, response_id:
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=logprobs,
                                    defaults=engine.default_sampling_params)
-    choice = Choice(index=0, prompt_index=0, prompt=prompt, params=params, request_id=response_id)
-    return ChatJob(request, model, response_id, created, [choice])
+    single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id)
+    return ChatJob(request, model, response_id, created, fan_out.choices([single], request.n))
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
@@ -86,8 +89,8 @@ def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
                                               job.request.top_logprobs or 0))
 
 
-async def complete_chat(engine: Engine, job: ChatJob) -> ChatCompletionResponse:
-    outputs = await collect(engine, job.choices)
+async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionResponse:
+    outputs = await aggregator.collect(job.choices)
     choices = []
     completion_tokens = 0
     for choice, output in zip(job.choices, outputs, strict=True):
@@ -96,41 +99,35 @@ async def complete_chat(engine: Engine, job: ChatJob) -> ChatCompletionResponse:
         choices.append(ChatChoice(index=choice.index, message=AssistantMessage(content=completion.text),
                                   logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason,
                                   stop_reason=completion.stop_reason))
-    prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
     return ChatCompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
-                                  usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens))
+                                  usage=usage(job.choices, completion_tokens))
 
 
-async def stream_chat(engine: Engine, job: ChatJob) -> AsyncIterator[bytes]:
+async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
     plan = StreamPlan.of(job.request.stream_options)
     generated = {choice.index: 0 for choice in job.choices}
     started: set[int] = set()
 
     def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
-        usage = None
-        if plan.continuous_usage:
-            prompt_tokens = len(choice.prompt.token_ids)
-            usage = Usage(prompt_tokens, generated[choice.index], prompt_tokens + generated[choice.index])
+        running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
         return _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model,
-                                           choices=[choice_chunk], usage=usage))
+                                           choices=[choice_chunk], usage=running))
 
     async def chunks(outputs) -> AsyncIterator[bytes]:
-        async for choice, output in outputs:
-            if choice.index not in started:
-                started.add(choice.index)
-                yield chunk(choice, ChatChunkChoice(index=choice.index, delta=_ROLE))
-            completion = output.outputs[0]
-            generated[choice.index] += len(completion.token_ids)
-            if not completion.text and completion.finish_reason is None and not completion.token_ids:
-                continue
-            yield chunk(choice, ChatChunkChoice(
-                index=choice.index, delta=Delta(content=completion.text) if completion.text else Delta(),
-                logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
-        if plan.include_usage:
-            prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
-            completion_tokens = sum(generated.values())
-            yield _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
-                                              usage=Usage(prompt_tokens, completion_tokens,
-                                                          prompt_tokens + completion_tokens)))
+        async with aclosing(outputs):  # closing the stream closes the merge, which aborts the choices
+            async for choice, output in outputs:
+                if choice.index not in started:
+                    started.add(choice.index)
+                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=_ROLE))
+                completion = output.outputs[0]
+                generated[choice.index] += len(completion.token_ids)
+                if not completion.text and completion.finish_reason is None and not job.request.logprobs:
+                    continue
+                yield chunk(choice, ChatChunkChoice(
+                    index=choice.index, delta=Delta(content=completion.text) if completion.text else Delta(),
+                    logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
+            if plan.include_usage:
+                yield _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
+                                                  usage=usage(job.choices, sum(generated.values()))))
 
-    return await primed(chunks(merge(engine, job.choices)))
+    return await primed(chunks(aggregator.merge(job.choices)))

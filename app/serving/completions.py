@@ -1,19 +1,20 @@
 """POST /v1/completions: prompts → choices on the engine → a response or an SSE stream."""
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import msgspec
 
 from app.errors import bad_request
-from app.protocol.common import Usage
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from app.serving.generation import Choice, collect, merge
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
+from plugins.aggregation import Aggregator, prompt_tokens, usage
 from plugins.engine.protocol import Engine
+from plugins.fanout import Choice, FanOut, PromptRequest
 
 _encode = msgspec.json.encode
 
@@ -28,16 +29,17 @@ class CompletionJob:
     echo_only: bool  # max_tokens=0 with echo: the engine runs one token, which is dropped
 
 
-async def plan_completion(engine: Engine, request: CompletionRequest, response_id: str,
+async def plan_completion(engine: Engine, fan_out: FanOut, request: CompletionRequest, response_id: str,
                           created: int) -> CompletionJob:
     model = check_common(engine, request)
+    fan_out.check(request.n, request.seed)
     if request.suffix is not None:
         raise bad_request("suffix is not supported: this server has no fill-in-the-middle model.", "suffix")
     requested = 16 if request.max_tokens is None else request.max_tokens
     if requested == 0 and not request.echo:
         raise bad_request("max_tokens must be at least 1 (0 is allowed only with echo).", "max_tokens")
     prompts = await engine.render_completion(completion_prompts(request.prompt), detokenize=request.echo)
-    choices = []
+    requests = []
     for index, prompt in enumerate(prompts):
         check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "prompt")
         max_tokens = resolve_max_tokens(max(requested, 1), len(prompt.token_ids), engine.max_model_len, "max_tokens")
@@ -46,8 +48,9 @@ async def plan_completion(engine: Engine, request: CompletionRequest, response_i
             prompt_logprobs=request.logprobs if request.echo and request.logprobs is not None else None,
             defaults=engine.default_sampling_params)
         request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
-        choices.append(Choice(index=index, prompt_index=index, prompt=prompt, params=params, request_id=request_id))
-    return CompletionJob(request, model, response_id, created, choices, echo_only=requested == 0)
+        requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id))
+    return CompletionJob(request, model, response_id, created, fan_out.choices(requests, request.n),
+                         echo_only=requested == 0)
 
 
 class _ChoiceText:
@@ -87,40 +90,34 @@ def _completion_tokens(job: CompletionJob, output) -> int:
     return 0 if job.echo_only else len(output.outputs[0].token_ids)
 
 
-async def complete(engine: Engine, job: CompletionJob) -> CompletionResponse:
-    outputs = await collect(engine, job.choices)
+async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> CompletionResponse:
+    outputs = await aggregator.collect(job.choices)
     choices = [_ChoiceText(job, choice, engine).render(output, output.prompt_logprobs)
                for choice, output in zip(job.choices, outputs, strict=True)]
-    prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
     completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
     return CompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
-                              usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens))
+                              usage=usage(job.choices, completion_tokens))
 
 
-async def stream_completion(engine: Engine, job: CompletionJob) -> AsyncIterator[bytes]:
+async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> AsyncIterator[bytes]:
     """Chunks as JSON bytes; the first engine output is awaited before the response starts."""
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}
     generated = dict.fromkeys(states, 0)
 
     async def chunks(outputs) -> AsyncIterator[bytes]:
-        async for choice, output in outputs:
-            state = states[choice.index]
-            rendered = state.render(output, output.prompt_logprobs)
-            generated[choice.index] += _completion_tokens(job, output)
-            if not rendered.text and rendered.finish_reason is None and not (rendered.logprobs and rendered.logprobs.tokens):
-                continue
-            usage = None
-            if plan.continuous_usage:
-                prompt_tokens = len(choice.prompt.token_ids)
-                usage = Usage(prompt_tokens, generated[choice.index], prompt_tokens + generated[choice.index])
-            yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model,
-                                          choices=[rendered], usage=usage))
-        if plan.include_usage:
-            prompt_tokens = sum(len(choice.prompt.token_ids) for choice in job.choices)
-            completion_tokens = sum(generated.values())
-            yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
-                                          usage=Usage(prompt_tokens, completion_tokens,
-                                                      prompt_tokens + completion_tokens)))
+        async with aclosing(outputs):  # closing the stream closes the merge, which aborts the choices
+            async for choice, output in outputs:
+                state = states[choice.index]
+                rendered = state.render(output, output.prompt_logprobs)
+                generated[choice.index] += _completion_tokens(job, output)
+                if not rendered.text and rendered.finish_reason is None and not (rendered.logprobs and rendered.logprobs.tokens):
+                    continue
+                running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
+                yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model,
+                                              choices=[rendered], usage=running))
+            if plan.include_usage:
+                yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
+                                              usage=usage(job.choices, sum(generated.values()))))
 
-    return await primed(chunks(merge(engine, job.choices)))
+    return await primed(chunks(aggregator.merge(job.choices)))

@@ -12,8 +12,6 @@ def check_common(engine: Engine, request: SamplingFields) -> str:
     if request.model is not None and request.model not in engine.served_model_names:
         raise bad_request(
             f"The model `{request.model}` does not exist. Served: {', '.join(engine.served_model_names)}.", "model")
-    if request.n != 1:
-        raise bad_request("n > 1 is not supported yet: send n separate requests, or n=1.", "n")
     if request.stream_options is not None and not request.stream:
         raise bad_request("stream_options can only be set when stream is true.", "stream_options")
     return engine.served_model_names[0]

@@ -3,7 +3,7 @@
 import os
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import structlog
@@ -80,8 +80,10 @@ class VllmEngine:
         from vllm.v1.engine.exceptions import EngineDeadError
 
         try:
-            async for output in self._engine.generate(prompt.engine_input, params, request_id):
-                yield output
+            # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
+            async with aclosing(self._engine.generate(prompt.engine_input, params, request_id)) as outputs:
+                async for output in outputs:
+                    yield output
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
 

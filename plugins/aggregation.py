@@ -1,0 +1,109 @@
+"""Aggregation: a request's choices (child engine requests) back into one answer.
+
+Non-streaming, `collect` waits for every choice and returns their final outputs in choice order.
+Streaming, `merge` yields (choice, delta) as the engine produces them, across all choices, with
+no child buffered whole. Either way the first failure ends every sibling, and leaving a stream
+early (the client went away) cancels every choice still running: cancelling `engine.generate`
+aborts the request in vLLM.
+"""
+
+import asyncio
+from contextlib import aclosing
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar.config.app import AppConfig
+from litestar.di import NamedDependency, Provide
+from litestar.params import SkipValidation
+from litestar.plugins import InitPlugin
+
+from app.protocol.common import Usage
+from plugins.engine.protocol import Engine, EngineDependency
+from plugins.fanout import Choice
+
+_DONE = object()
+
+
+class Aggregator:
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def collect(self, choices: list[Choice]) -> list[Any]:
+        async def final(choice: Choice) -> Any:
+            last = None
+            async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
+                last = output
+            return last
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(final(choice)) for choice in choices]
+        except BaseExceptionGroup as failed:  # the first failure is the one to report
+            raise failed.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def merge(self, choices: list[Choice]) -> AsyncIterator[tuple[Choice, Any]]:
+        if len(choices) == 1:  # the common case needs no tasks or queue
+            choice = choices[0]
+            # aclosing: closing this stream must close (and so abort) the engine request now, not at GC.
+            async with aclosing(self.engine.generate(choice.prompt, choice.params, choice.request_id)) as outputs:
+                async for output in outputs:
+                    yield choice, output
+            return
+
+        queue: asyncio.Queue[tuple[Choice | None, Any]] = asyncio.Queue()
+
+        async def pump(choice: Choice) -> None:
+            try:
+                async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
+                    queue.put_nowait((choice, output))
+                queue.put_nowait((choice, _DONE))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # handed to the consumer, which stops everything
+                queue.put_nowait((None, exc))
+
+        tasks = [asyncio.create_task(pump(choice)) for choice in choices]
+        running = len(tasks)
+        try:
+            while running:
+                choice, item = await queue.get()
+                if choice is None:
+                    raise item
+                if item is _DONE:
+                    running -= 1
+                else:
+                    yield choice, item
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+AggregatorDependency = NamedDependency[SkipValidation[Aggregator]]
+
+
+def prompt_tokens(choices: list[Choice]) -> int:
+    """Each prompt counts once, however many choices sample it."""
+    return sum(len(prompt.token_ids) for prompt in {c.prompt_index: c.prompt for c in choices}.values())
+
+
+def usage(choices: list[Choice], completion_tokens: int) -> Usage:
+    prompt = prompt_tokens(choices)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
+
+
+def _provide_aggregator(engine: EngineDependency) -> Aggregator:
+    return Aggregator(engine)
+
+
+class AggregationPlugin(InitPlugin):
+    """Provides the `aggregator` dependency over the engine the engine plugin provides."""
+
+    __slots__ = ()
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.dependencies["aggregator"] = Provide(_provide_aggregator, sync_to_thread=False)
+        return app_config

@@ -1,0 +1,82 @@
+"""Fan-out: OpenAI `n` becomes n child engine requests, sampled exactly as vLLM's parallel sampling
+samples them (`vllm/v1/engine/parallel_sampling.py`): child i has request id `f"{i}_{parent}"` and
+seed `seed + i` (unseeded stays unseeded), every other sampling field unchanged. With n = 1 the
+request keeps its id and params, so n = 1 is untouched.
+"""
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from litestar.config.app import AppConfig
+from litestar.di import NamedDependency, Provide
+from litestar.params import SkipValidation
+from litestar.plugins import InitPlugin
+
+from app.errors import bad_request
+from app.protocol.common import INT64_MAX
+from plugins.engine.protocol import Prompt
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRequest:
+    """One prompt of a request, before fan-out: the engine request it would be with n = 1."""
+
+    prompt_index: int
+    prompt: Prompt
+    params: Any  # vllm.SamplingParams with n = 1
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One engine request, answering one choice of the response."""
+
+    index: int  # prompt_index * n + sample index: the choice's index in the response
+    prompt_index: int
+    prompt: Prompt
+    params: Any
+    request_id: str
+
+
+@dataclass(frozen=True)
+class FanOut:
+    max_n: int = 128
+
+    def check(self, n: int, seed: int | None) -> None:
+        if n > self.max_n:
+            raise bad_request(f"n must be at most {self.max_n}, got {n}.", "n")
+        if seed is not None and seed + n - 1 > INT64_MAX:
+            raise bad_request("`seed + n - 1` must fit in a signed 64-bit integer.", "seed")
+
+    def choices(self, requests: list[PromptRequest], n: int) -> list[Choice]:
+        if n == 1:
+            return [Choice(r.prompt_index, r.prompt_index, r.prompt, r.params, r.request_id) for r in requests]
+        return [
+            Choice(r.prompt_index * n + i, r.prompt_index, r.prompt, _child_params(r.params, i), f"{i}_{r.request_id}")
+            for r in requests
+            for i in range(n)
+        ]
+
+
+FanOutDependency = NamedDependency[SkipValidation[FanOut]]
+
+
+def _child_params(params: Any, index: int) -> Any:
+    child = copy.copy(params)
+    if params.seed is not None:
+        child.seed = params.seed + index
+    return child
+
+
+class FanOutPlugin(InitPlugin):
+    """Provides the `fan_out` dependency, configured with the largest `n` allowed."""
+
+    __slots__ = ("fan_out",)
+
+    def __init__(self, fan_out: FanOut) -> None:
+        self.fan_out = fan_out
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.dependencies["fan_out"] = Provide(lambda: self.fan_out, sync_to_thread=False, use_cache=True)
+        return app_config
