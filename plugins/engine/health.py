@@ -3,7 +3,6 @@
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
-from litestar import Response
 
 from app.errors import APIError
 from plugins.engine.protocol import EngineDependency
@@ -11,10 +10,10 @@ from plugins.spec import operation
 
 
 @operation("health")
-async def health(engine: EngineDependency) -> Response[dict[str, str]]:
+async def health(engine: EngineDependency) -> dict[str, str | int]:
     if not engine.is_alive:
         raise APIError(503, "The engine is dead; the server cannot generate until it is restarted.")
-    return Response({"status": "ok"})
+    return {"status": "ok", "unfinished_requests": engine.num_unfinished_requests()}
 
 
 @operation("version")

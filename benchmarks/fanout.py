@@ -1,0 +1,107 @@
+"""Fan-out throughput: Choir's n child requests against vLLM's native SamplingParams(n), same engine.
+
+One AsyncLLM (the bundled model, Choir's engine flags) serves both, in this process, with no HTTP:
+this isolates what fan-out costs (n engine requests, Choir's merge) from the front end's own cost.
+Each round sends the same prompts at the same concurrency, native first, then Choir's, alternating.
+
+    python -m benchmarks.fanout [--n 4 8] [--requests 64] [--concurrency 16] [--max-tokens 32]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from statistics import median
+
+from app.settings import Settings
+from plugins.aggregation import Aggregator
+from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args
+from plugins.fanout import FanOut, PromptRequest
+
+PROMPT = [1, *range(40, 72)]  # 33 tokens
+
+
+async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens: int) -> float:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    async def one(i: int) -> int:
+        params = SamplingParams(n=n, seed=i, max_tokens=max_tokens, ignore_eos=True,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        last = None
+        async for last in engine._engine.generate({"prompt_token_ids": PROMPT}, params, f"native-{n}-{i}"):
+            pass
+        return sum(len(o.token_ids) for o in last.outputs)
+
+    return await _closed_loop(one, requests, concurrency)
+
+
+async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int, max_tokens: int) -> float:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    [prompt] = await engine.render_completion([PROMPT], detokenize=False)
+    fan_out, aggregator = FanOut(max_n=n), Aggregator(engine)
+
+    async def one(i: int) -> int:
+        params = SamplingParams(n=1, seed=i, max_tokens=max_tokens, ignore_eos=True,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        choices = fan_out.choices([PromptRequest(0, prompt, params, f"choir-{n}-{i}")], n)
+        outputs = await aggregator.collect(choices)
+        return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    return await _closed_loop(one, requests, concurrency)
+
+
+async def _closed_loop(one, requests: int, concurrency: int) -> float:
+    """Output tokens per second with `concurrency` requests in flight until `requests` are done."""
+    counter = iter(range(requests))
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        for i in counter:
+            tokens += await one(i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return tokens / (time.perf_counter() - started)
+
+
+async def main(args: argparse.Namespace) -> None:
+    from vllm.platforms import current_platform
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    engine_args = parse_engine_args(Settings(), on_cpu=current_platform.is_cpu())
+    llm = AsyncLLM.from_engine_args(engine_args)
+    engine = VllmEngine(llm, engine_args, "bench")
+    results = {}
+    try:
+        await run_fanout(engine, 2, 8, 4, 4)  # warm-up
+        for n in args.n:
+            native, choir = [], []
+            for _ in range(args.rounds):
+                native.append(await run_native(engine, n, args.requests, args.concurrency, args.max_tokens))
+                choir.append(await run_fanout(engine, n, args.requests, args.concurrency, args.max_tokens))
+            results[n] = {"native_tok_s": median(native), "fanout_tok_s": median(choir),
+                          "ratio": median(choir) / median(native), "rounds": args.rounds}
+    finally:
+        llm.shutdown()
+    print(f"{'n':>3} {'native tok/s':>13} {'fan-out tok/s':>14} {'ratio':>6}")
+    for n, r in results.items():
+        print(f"{n:>3} {r['native_tok_s']:>13.0f} {r['fanout_tok_s']:>14.0f} {r['ratio']:>6.2f}")
+    print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+                      "results": results}))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    for key, value in ENGINE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    asyncio.run(main(parser.parse_args()))
