@@ -21,8 +21,10 @@ def configure_logging(level: str) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,  # one line per request: caching buys little, and tests can capture
     )
+    # RequestLogMiddleware logs every request once; uvicorn's access log would be a second line.
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 
 class RequestLogMiddleware(ASGIMiddleware):
@@ -42,6 +44,7 @@ class RequestLogMiddleware(ASGIMiddleware):
         try:
             await next_app(scope, receive, send_and_watch)
         finally:
+            tokens = state.get("tokens")
             log.info(
                 "request",
                 method=scope["method"],
@@ -49,6 +52,6 @@ class RequestLogMiddleware(ASGIMiddleware):
                 status=status,
                 request_id=state.get("response_id"),
                 latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                prompt_tokens=state.get("prompt_tokens"),
-                completion_tokens=state.get("completion_tokens"),
+                prompt_tokens=tokens and tokens.prompt_tokens,
+                completion_tokens=tokens and tokens.completion_tokens,
             )

@@ -22,7 +22,7 @@ from plugins.fanout import FanOut, PromptRequest
 PROMPT = [1, *range(40, 72)]  # 33 tokens
 
 
-async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens: int) -> float:
+async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens: int) -> tuple[float, float]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -37,7 +37,7 @@ async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens
     return await _closed_loop(one, requests, concurrency)
 
 
-async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int, max_tokens: int) -> float:
+async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int, max_tokens: int) -> tuple[float, float]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -54,8 +54,9 @@ async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int
     return await _closed_loop(one, requests, concurrency)
 
 
-async def _closed_loop(one, requests: int, concurrency: int) -> float:
-    """Output tokens per second with `concurrency` requests in flight until `requests` are done."""
+async def _closed_loop(one, requests: int, concurrency: int) -> tuple[float, float]:
+    """Output tokens per second with `concurrency` requests in flight until `requests` are done, and
+    this process's CPU milliseconds per request (the engine core runs in another process)."""
     counter = iter(range(requests))
     tokens = 0
 
@@ -64,9 +65,9 @@ async def _closed_loop(one, requests: int, concurrency: int) -> float:
         for i in counter:
             tokens += await one(i)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return tokens / (time.perf_counter() - started)
+    return tokens / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / requests
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -84,13 +85,18 @@ async def main(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 native.append(await run_native(engine, n, args.requests, args.concurrency, args.max_tokens))
                 choir.append(await run_fanout(engine, n, args.requests, args.concurrency, args.max_tokens))
-            results[n] = {"native_tok_s": median(native), "fanout_tok_s": median(choir),
-                          "ratio": median(choir) / median(native), "rounds": args.rounds}
+            native_tok_s, choir_tok_s = median(t for t, _ in native), median(t for t, _ in choir)
+            results[n] = {"native_tok_s": native_tok_s, "fanout_tok_s": choir_tok_s, "ratio": choir_tok_s / native_tok_s,
+                          "native_cpu_ms_per_request": median(c for _, c in native),
+                          "fanout_cpu_ms_per_request": median(c for _, c in choir), "rounds": args.rounds}
     finally:
         llm.shutdown()
-    print(f"{'n':>3} {'native tok/s':>13} {'fan-out tok/s':>14} {'ratio':>6}")
+        del engine, llm  # AsyncLLM.__del__ fails if it runs at interpreter exit
+    print(f"{'n':>3} {'native tok/s':>13} {'fan-out tok/s':>14} {'ratio':>6} {'native CPU ms/req':>18} "
+          f"{'fan-out CPU ms/req':>19}")
     for n, r in results.items():
-        print(f"{n:>3} {r['native_tok_s']:>13.0f} {r['fanout_tok_s']:>14.0f} {r['ratio']:>6.2f}")
+        print(f"{n:>3} {r['native_tok_s']:>13.0f} {r['fanout_tok_s']:>14.0f} {r['ratio']:>6.2f} "
+              f"{r['native_cpu_ms_per_request']:>18.2f} {r['fanout_cpu_ms_per_request']:>19.2f}")
     print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                       "results": results}))
 

@@ -6,7 +6,7 @@ from app.protocol.chat import ChatCompletionRequest
 from app.routes.request_ids import now, request_base_id
 from app.routes.responses import json_response, sse_response
 from app.serving.chat import complete_chat, plan_chat, stream_chat
-from plugins.aggregation import AggregatorDependency, prompt_tokens
+from plugins.aggregation import AggregatorDependency
 from plugins.engine.protocol import EngineDependency
 from plugins.fanout import FanOutDependency
 from plugins.spec import operation
@@ -20,9 +20,8 @@ async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], en
     base_id = request_base_id(request)
     request.state.response_id = response_id = f"chatcmpl-{base_id}"
     job = await plan_chat(engine, fan_out, data, response_id, now())
-    request.state.prompt_tokens = prompt_tokens(job.choices)
+    request.state.tokens = job.counts
     if data.stream:
         return sse_response(await stream_chat(aggregator, job), base_id)
     response = await complete_chat(aggregator, job)
-    request.state.completion_tokens = response.usage.completion_tokens
     return json_response(response, base_id)

@@ -6,7 +6,7 @@ from app.protocol.completions import CompletionRequest
 from app.routes.request_ids import now, request_base_id
 from app.routes.responses import json_response, sse_response
 from app.serving.completions import complete, plan_completion, stream_completion
-from plugins.aggregation import AggregatorDependency, prompt_tokens
+from plugins.aggregation import AggregatorDependency
 from plugins.engine.protocol import EngineDependency
 from plugins.fanout import FanOutDependency
 from plugins.spec import operation
@@ -19,9 +19,8 @@ async def create_completion(data: SkipValidation[CompletionRequest], engine: Eng
     base_id = request_base_id(request)
     request.state.response_id = response_id = f"cmpl-{base_id}"
     job = await plan_completion(engine, fan_out, data, response_id, now())
-    request.state.prompt_tokens = prompt_tokens(job.choices)
+    request.state.tokens = job.counts
     if data.stream:
         return sse_response(await stream_completion(engine, aggregator, job), base_id)
     response = await complete(engine, aggregator, job)
-    request.state.completion_tokens = response.usage.completion_tokens
     return json_response(response, base_id)

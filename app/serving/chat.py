@@ -2,7 +2,7 @@
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -18,11 +18,12 @@ from app.protocol.chat import (
     ChatLogprobs,
     Delta,
 )
+from app.serving.counts import TokenCounts
 from app.serving.logprobs import chat_logprobs
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
-from plugins.aggregation import Aggregator, usage
+from plugins.aggregation import Aggregator, prompt_tokens, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
 
@@ -37,6 +38,10 @@ class ChatJob:
     response_id: str
     created: int
     choices: list[Choice]
+    counts: TokenCounts = field(default_factory=TokenCounts)
+
+    def __post_init__(self) -> None:
+        self.counts.prompt_tokens = prompt_tokens(self.choices)
 
 
 def _check_unsupported(request: ChatCompletionRequest) -> None:
@@ -99,6 +104,7 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
         choices.append(ChatChoice(index=choice.index, message=AssistantMessage(content=completion.text),
                                   logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason,
                                   stop_reason=completion.stop_reason))
+    job.counts.completion_tokens = completion_tokens
     return ChatCompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
                                   usage=usage(job.choices, completion_tokens))
 
@@ -126,6 +132,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 yield chunk(choice, ChatChunkChoice(
                     index=choice.index, delta=Delta(content=completion.text) if completion.text else Delta(),
                     logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
+            job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
                 yield _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
                                                   usage=usage(job.choices, sum(generated.values()))))

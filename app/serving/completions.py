@@ -2,12 +2,13 @@
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
 from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
+from app.serving.counts import TokenCounts
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
@@ -27,6 +28,10 @@ class CompletionJob:
     created: int
     choices: list[Choice]
     echo_only: bool  # max_tokens=0 with echo: the engine runs one token, which is dropped
+    counts: TokenCounts = field(default_factory=TokenCounts)
+
+    def __post_init__(self) -> None:
+        self.counts.prompt_tokens = prompt_tokens(self.choices)
 
 
 async def plan_completion(engine: Engine, fan_out: FanOut, request: CompletionRequest, response_id: str,
@@ -94,7 +99,7 @@ async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -
     outputs = await aggregator.collect(job.choices)
     choices = [_ChoiceText(job, choice, engine).render(output, output.prompt_logprobs)
                for choice, output in zip(job.choices, outputs, strict=True)]
-    completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
+    completion_tokens = job.counts.completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
     return CompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
                               usage=usage(job.choices, completion_tokens))
 
@@ -116,6 +121,7 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
                 yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model,
                                               choices=[rendered], usage=running))
+            job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
                 yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
                                               usage=usage(job.choices, sum(generated.values()))))

@@ -1,0 +1,32 @@
+"""One structured log line per request: ids, status, latency and token counts, never text or chunks."""
+
+from structlog.testing import capture_logs
+
+
+def request_lines(logs):
+    return [entry for entry in logs if entry["event"] == "request"]
+
+
+def test_one_line_per_request_with_tokens_and_no_text(client):
+    with capture_logs() as logs:
+        client.post("/v1/completions", json={"prompt": "secret prompt"}, headers={"X-Request-Id": "L1"})
+    [line] = request_lines(logs)
+    assert line["method"] == "POST" and line["path"] == "/v1/completions" and line["status"] == 200
+    assert line["request_id"] == "cmpl-L1" and line["latency_ms"] >= 0
+    assert line["prompt_tokens"] == 14 and line["completion_tokens"] == 12
+    assert "secret" not in repr(logs) and "Hello" not in repr(logs)
+
+
+def test_a_stream_is_one_line_not_one_per_chunk(client):
+    with capture_logs() as logs:
+        client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True,
+                                                 "n": 2})
+    [line] = request_lines(logs)
+    assert line["status"] == 200 and line["completion_tokens"] == 24
+
+
+def test_errors_are_logged_with_their_status(client):
+    with capture_logs() as logs:
+        client.post("/v1/completions", json={"prompt": "x", "temperature": 9})
+    [line] = request_lines(logs)
+    assert line["status"] == 400
