@@ -24,8 +24,12 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         except SettingsError as exc:
             raise SystemExit(f"choir: {exc}") from None
     configure_logging(settings.log_level)
-    spec = spec or SpecConfig()
+    spec = spec or SpecConfig(compat=settings.compat)
     engine = EngineConfig(settings=settings) if engine_factory is None else EngineConfig(settings, engine_factory)
+    try:
+        spec.profile()  # an unknown CHOIR_COMPAT stops start-up here, with the known profiles
+    except SettingsError as exc:
+        raise SystemExit(f"choir: {exc}") from None
     return Litestar(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.

@@ -30,6 +30,9 @@ class Settings:
     engine_args: tuple[str, ...] = ()
     max_n: int = 128
     log_level: str = "info"
+    compat: str = "sglang"
+    api_keys: tuple[str, ...] = ()
+    protect_docs: bool = False
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -77,6 +80,9 @@ class Settings:
             engine_args=engine_args,
             max_n=_positive_int(env, "CHOIR_MAX_N", 128),
             log_level=log_level,
+            compat=env.get("CHOIR_COMPAT") or "sglang",
+            api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),
+            protect_docs=_boolean(env, "CHOIR_PROTECT_DOCS", False),
             environ=env,
         )
 
@@ -92,3 +98,14 @@ def _positive_int(env: dict[str, str], name: str, default: int) -> int:
     if value < 1:
         raise SettingsError(f"{name}={raw!r} must be at least 1.")
     return value
+
+
+def _boolean(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false).")

@@ -2,27 +2,33 @@
 
 A handler is a plain async function marked `@operation("createCompletion")`. At app
 construction the plugin looks the operation up in the spec and builds the Litestar route from
-it: path, method, success status, summary, tags, and the operation's `x-choir` rules (in
-`opt["spec"]`). A spec operation without a handler, or a handler the spec does not know,
-stops start-up with a message naming it.
+it: path, method, success status, summary, tags, and the compatibility rules the operation
+lists under `x-choir-rules`, as the active profile (spec/profiles/) defines them, in
+`opt["compat"]`. A spec operation without a handler, or a handler the spec does not know, stops
+start-up with a message naming it.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
-from litestar import Router, route
+from litestar import Request, Router, route
 from litestar.config.app import AppConfig
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import BaseRouteHandler
+from litestar.di import NamedDependency, Provide
+from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
+
+from app.compat import CompatProfile, OperationCompat
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _MARK = "__choir_operation__"
+_PATH_TYPES = {"string": "str", "integer": "int", "number": "float"}
 
 
 def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -47,8 +53,19 @@ class SpecOperation:
         return min(int(code) for code in self.definition.get("responses", {"200": {}}) if str(code).startswith("2"))
 
     @property
-    def rules(self) -> dict[str, Any]:
-        return self.definition.get("x-choir", {})
+    def litestar_path(self) -> str:
+        """The OpenAPI path in Litestar's syntax: `{name}` → `{name:str}`; `{name:path}` where the
+        parameter sets `x-choir-allow-slashes` (model ids such as `org/model` contain slashes)."""
+        path = self.path
+        for param in self.definition.get("parameters", []):
+            if param.get("in") == "path":
+                kind = "path" if param.get("x-choir-allow-slashes") else _PATH_TYPES[param["schema"]["type"]]
+                path = path.replace("{%s}" % param["name"], "{%s:%s}" % (param["name"], kind))
+        return path
+
+    @property
+    def rule_names(self) -> list[str]:
+        return self.definition.get("x-choir-rules", [])
 
 
 @cache
@@ -84,7 +101,10 @@ def content_type_guard(media_types: tuple[str, ...]) -> Callable[..., Any]:
 @dataclass
 class SpecConfig:
     spec_dir: Path = SPEC_DIR
-    guards_by_rule: dict[str, Any] = field(default_factory=dict)  # x-choir rule name → guard
+    compat: str = "sglang"  # the profile in spec_dir/profiles/ whose rules the operations apply
+
+    def profile(self) -> CompatProfile:
+        return CompatProfile.load(self.spec_dir / "profiles", self.compat)
 
 
 class SpecPlugin(InitPlugin):
@@ -97,6 +117,8 @@ class SpecPlugin(InitPlugin):
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         operations = spec_operations(load_spec(self.config.spec_dir))
+        profile = self.config.profile()
+        app_config.dependencies["compat"] = Provide(_provide_compat, sync_to_thread=False)
         bound: list[Any] = []
         seen: set[str] = set()
         for handler in app_config.route_handlers:
@@ -112,7 +134,8 @@ class SpecPlugin(InitPlugin):
                     f"Handler {handler.__qualname__} implements operation {operation_id!r}, which "
                     f"{self.config.spec_dir / 'openapi.yaml'} does not declare.")
             seen.add(operation_id)
-            bound.append(self._route(operations[operation_id], handler))
+            op = operations[operation_id]
+            bound.append(self._route(op, handler, profile.for_operation(op.rule_names)))
         missing = sorted(set(operations) - seen)
         if missing:
             raise ImproperlyConfiguredException(
@@ -120,13 +143,13 @@ class SpecPlugin(InitPlugin):
         app_config.route_handlers = bound
         return app_config
 
-    def _route(self, op: SpecOperation, fn: Callable[..., Any]) -> Any:
-        guards = [guard for rule, guard in self.config.guards_by_rule.items() if op.rules.get(rule)]
+    def _route(self, op: SpecOperation, fn: Callable[..., Any], compat: OperationCompat) -> Any:
+        guards = []
         body_types = tuple(op.definition.get("requestBody", {}).get("content", {}))
         if body_types:
             guards.insert(0, content_type_guard(body_types))
         return route(
-            op.path,
+            op.litestar_path,
             http_method=[op.method.upper()],
             operation_id=op.operation_id,
             status_code=op.status_code,
@@ -134,8 +157,15 @@ class SpecPlugin(InitPlugin):
             description=op.definition.get("description"),
             tags=op.definition.get("tags"),
             guards=guards,
-            opt={"spec": op.rules},
+            opt={"compat": compat},
         )(fn)
+
+
+def _provide_compat(request: Request) -> OperationCompat:
+    return request.route_handler.opt["compat"]
+
+
+CompatDependency = NamedDependency[SkipValidation[OperationCompat]]
 
 
 def _outside_schema(handler: Any) -> bool:

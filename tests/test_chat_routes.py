@@ -52,7 +52,7 @@ def test_chat_stream_role_content_finish_usage_done(client):
     assert done == 1
     role, *content, usage = events
     assert role["object"] == "chat.completion.chunk"
-    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": None}
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in content) == "Hello world!"
     assert [c["choices"][0]["finish_reason"] for c in content][-1] == "stop"
     assert sum(c["choices"][0]["finish_reason"] is not None for c in content) == 1

@@ -92,7 +92,7 @@ def test_invalid_chat_requests_are_400(client, fake_engine, body, param):
 
 def test_unknown_model_names_the_served_model(client):
     message = error_of(client.post("/v1/completions", json={"prompt": "x", "model": "gpt-4"}), 400, "model")
-    assert message == "The model `gpt-4` does not exist. Served: fake-model."
+    assert message == "The model `gpt-4` does not exist. The served model name is `fake-model`."
 
 
 def test_prompt_longer_than_the_context_is_400(client, fake_engine):

@@ -86,7 +86,7 @@ def test_stream_n_merges_into_one_stream(client, fake_engine):
     assert all(len(e["choices"]) == 1 for e in chunks)
     for index in range(3):
         mine = [e["choices"][0] for e in chunks if e["choices"][0]["index"] == index]
-        assert mine[0]["delta"] == {"role": "assistant", "content": ""}  # role before content
+        assert mine[0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": None}  # role first
         assert "".join(c["delta"].get("content", "") for c in mine) == "Hello world!"
         assert sum(c["finish_reason"] is not None for c in mine) == 1 and mine[-1]["finish_reason"] == "stop"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 36
@@ -157,6 +157,7 @@ def test_a_failing_child_mid_stream_is_one_error_event_then_done(client, fake_en
 async def test_closing_the_stream_early_aborts_every_child(n):
     """What Litestar does when the client disconnects: the SSE body iterator is closed mid-stream.
     (The in-process test client cannot disconnect; tests/integration checks this on a real server.)"""
+    from app.compat import OperationCompat
     from app.protocol.chat import ChatCompletionRequest
     from app.serving.chat import plan_chat, stream_chat
     from app.serving.streaming import sse_data
@@ -166,7 +167,7 @@ async def test_closing_the_stream_early_aborts_every_child(n):
 
     engine = FakeEngine(script=lambda prompt, params: ["tok"] * 50, delay=0.01, max_model_len=200)
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=n, stream=True)
-    job = await plan_chat(engine, FanOut(), msgspec_convert(request), "chatcmpl-x", 0)
+    job = await plan_chat(engine, FanOut(), OperationCompat(), msgspec_convert(request), "chatcmpl-x", 0)
     events = sse_data(await stream_chat(Aggregator(engine), job))
     for _ in range(n + 2):
         await anext(events)

@@ -3,7 +3,7 @@
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from app.protocol.common import FinishReason, MaxTokens, SamplingFields, Usage
 
@@ -71,11 +71,16 @@ class ChatCompletionResponse(msgspec.Struct, kw_only=True):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    system_fingerprint: str | UnsetType = UNSET  # sent only where the compat profile says so
 
 
 class Delta(msgspec.Struct, omit_defaults=True):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
+    """Only the keys that are set are sent; the compat profile's `delta_always` keys always are."""
+
+    role: Literal["assistant"] | UnsetType = UNSET
+    content: str | None | UnsetType = UNSET
+    reasoning_content: str | None | UnsetType = UNSET
+    reasoning: str | None | UnsetType = UNSET
 
 
 class ChatChunkChoice(msgspec.Struct):
@@ -92,3 +97,4 @@ class ChatCompletionChunk(msgspec.Struct, kw_only=True):
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    system_fingerprint: str | UnsetType = UNSET

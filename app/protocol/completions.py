@@ -3,7 +3,7 @@
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from app.protocol.common import FinishReason, MaxTokens, SamplingFields, Usage
 
@@ -40,6 +40,7 @@ class CompletionResponse(msgspec.Struct, kw_only=True):
     model: str
     choices: list[CompletionChoice]
     usage: Usage
+    system_fingerprint: str | UnsetType = UNSET  # sent only where the compat profile says so
 
 
 class CompletionChunk(msgspec.Struct, kw_only=True):
@@ -49,3 +50,4 @@ class CompletionChunk(msgspec.Struct, kw_only=True):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    system_fingerprint: str | UnsetType = UNSET

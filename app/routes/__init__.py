@@ -2,6 +2,6 @@
 
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
-from app.routes.models import list_models
+from app.routes.models import list_models, retrieve_model
 
-ROUTE_HANDLERS = [list_models, create_completion, create_chat_completion]
+ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion]

@@ -9,17 +9,18 @@ from app.serving.chat import complete_chat, plan_chat, stream_chat
 from plugins.aggregation import AggregatorDependency
 from plugins.engine.protocol import EngineDependency
 from plugins.fanout import FanOutDependency
-from plugins.spec import operation
+from plugins.spec import CompatDependency, operation
 
 
 @operation("createChatCompletion")
 async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], engine: EngineDependency, fan_out: FanOutDependency,
-                                 aggregator: AggregatorDependency,
+                                 aggregator: AggregatorDependency, compat: CompatDependency,
                                  request: Request) -> Response:
+    compat.check_body(data)
     data = parse_strict(data, ChatCompletionRequest)
     base_id = request_base_id(request)
     request.state.response_id = response_id = f"chatcmpl-{base_id}"
-    job = await plan_chat(engine, fan_out, data, response_id, now())
+    job = await plan_chat(engine, fan_out, compat, data, response_id, now())
     request.state.tokens = job.counts
     if data.stream:
         return sse_response(await stream_chat(aggregator, job), base_id)

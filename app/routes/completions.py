@@ -9,16 +9,17 @@ from app.serving.completions import complete, plan_completion, stream_completion
 from plugins.aggregation import AggregatorDependency
 from plugins.engine.protocol import EngineDependency
 from plugins.fanout import FanOutDependency
-from plugins.spec import operation
+from plugins.spec import CompatDependency, operation
 
 
 @operation("createCompletion")
 async def create_completion(data: SkipValidation[CompletionRequest], engine: EngineDependency, fan_out: FanOutDependency,
-                           aggregator: AggregatorDependency, request: Request) -> Response:
+                           aggregator: AggregatorDependency, compat: CompatDependency, request: Request) -> Response:
+    compat.check_body(data)
     data = parse_strict(data, CompletionRequest)
     base_id = request_base_id(request)
     request.state.response_id = response_id = f"cmpl-{base_id}"
-    job = await plan_completion(engine, fan_out, data, response_id, now())
+    job = await plan_completion(engine, fan_out, compat, data, response_id, now())
     request.state.tokens = job.counts
     if data.stream:
         return sse_response(await stream_completion(engine, aggregator, job), base_id)

@@ -2,11 +2,12 @@
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.chat import (
     AssistantMessage,
@@ -18,30 +19,25 @@ from app.protocol.chat import (
     ChatLogprobs,
     Delta,
 )
-from app.serving.counts import TokenCounts
+from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
-from plugins.aggregation import Aggregator, prompt_tokens, usage
+from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
 
 _encode = msgspec.json.encode
-_ROLE = Delta(role="assistant", content="")
 
 
-@dataclass(frozen=True, slots=True)
-class ChatJob:
+@dataclass(frozen=True, kw_only=True)
+class ChatJob(Job):
     request: ChatCompletionRequest
-    model: str
-    response_id: str
-    created: int
-    choices: list[Choice]
-    counts: TokenCounts = field(default_factory=TokenCounts)
+    delta_always: dict[str, Any]  # keys every delta carries (compat profile)
 
-    def __post_init__(self) -> None:
-        self.counts.prompt_tokens = prompt_tokens(self.choices)
+    def delta(self, **fields: Any) -> Delta:
+        return Delta(**{**self.delta_always, **fields})
 
 
 def _check_unsupported(request: ChatCompletionRequest) -> None:
@@ -60,9 +56,9 @@ def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
             for message in request.messages]
 
 
-async def plan_chat(engine: Engine, fan_out: FanOut, request: ChatCompletionRequest, response_id: str,
+async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest, response_id: str,
                     created: int) -> ChatJob:
-    model = check_common(engine, request)
+    model = check_common(engine, compat, request)
     fan_out.check(request.n, request.seed)
     _check_unsupported(request)
     options = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
@@ -84,7 +80,10 @@ async def plan_chat(engine: Engine, fan_out: FanOut, request: ChatCompletionRequ
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=logprobs,
                                    defaults=engine.default_sampling_params)
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id)
-    return ChatJob(request, model, response_id, created, fan_out.choices([single], request.n))
+    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    return ChatJob(request=request, model=model, response_id=response_id, created=created,
+                   choices=fan_out.choices([single], request.n), system_fingerprint=fingerprint,
+                   delta_always=compat.delta_always)
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
@@ -105,7 +104,7 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
                                   logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason,
                                   stop_reason=completion.stop_reason))
     job.counts.completion_tokens = completion_tokens
-    return ChatCompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
+    return ChatCompletionResponse(**job.envelope, choices=choices,
                                   usage=usage(job.choices, completion_tokens))
 
 
@@ -116,7 +115,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
 
     def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
         running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
-        return _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model,
+        return _encode(ChatCompletionChunk(**job.envelope,
                                            choices=[choice_chunk], usage=running))
 
     async def chunks(outputs) -> AsyncIterator[bytes]:
@@ -124,17 +123,17 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
             async for choice, output in outputs:
                 if choice.index not in started:
                     started.add(choice.index)
-                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=_ROLE))
+                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=job.delta(role="assistant", content="")))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:
                     continue
                 yield chunk(choice, ChatChunkChoice(
-                    index=choice.index, delta=Delta(content=completion.text) if completion.text else Delta(),
+                    index=choice.index, delta=job.delta(content=completion.text) if completion.text else job.delta(),
                     logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
             job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
-                yield _encode(ChatCompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
+                yield _encode(ChatCompletionChunk(**job.envelope, choices=[],
                                                   usage=usage(job.choices, sum(generated.values()))))
 
     return await primed(chunks(aggregator.merge(job.choices)))

@@ -2,41 +2,34 @@
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
+from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from app.serving.counts import TokenCounts
+from app.serving.jobs import Job
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
-from plugins.aggregation import Aggregator, prompt_tokens, usage
+from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
 
 _encode = msgspec.json.encode
 
 
-@dataclass(frozen=True, slots=True)
-class CompletionJob:
+@dataclass(frozen=True, kw_only=True)
+class CompletionJob(Job):
     request: CompletionRequest
-    model: str
-    response_id: str
-    created: int
-    choices: list[Choice]
     echo_only: bool  # max_tokens=0 with echo: the engine runs one token, which is dropped
-    counts: TokenCounts = field(default_factory=TokenCounts)
-
-    def __post_init__(self) -> None:
-        self.counts.prompt_tokens = prompt_tokens(self.choices)
 
 
-async def plan_completion(engine: Engine, fan_out: FanOut, request: CompletionRequest, response_id: str,
+async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: CompletionRequest, response_id: str,
                           created: int) -> CompletionJob:
-    model = check_common(engine, request)
+    model = check_common(engine, compat, request)
     fan_out.check(request.n, request.seed)
     if request.suffix is not None:
         raise bad_request("suffix is not supported: this server has no fill-in-the-middle model.", "suffix")
@@ -54,7 +47,9 @@ async def plan_completion(engine: Engine, fan_out: FanOut, request: CompletionRe
             defaults=engine.default_sampling_params)
         request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
         requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id))
-    return CompletionJob(request, model, response_id, created, fan_out.choices(requests, request.n),
+    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    return CompletionJob(request=request, model=model, response_id=response_id, created=created,
+                         choices=fan_out.choices(requests, request.n), system_fingerprint=fingerprint,
                          echo_only=requested == 0)
 
 
@@ -100,7 +95,7 @@ async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -
     choices = [_ChoiceText(job, choice, engine).render(output, output.prompt_logprobs)
                for choice, output in zip(job.choices, outputs, strict=True)]
     completion_tokens = job.counts.completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
-    return CompletionResponse(id=job.response_id, created=job.created, model=job.model, choices=choices,
+    return CompletionResponse(**job.envelope, choices=choices,
                               usage=usage(job.choices, completion_tokens))
 
 
@@ -119,11 +114,11 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
                 if not rendered.text and rendered.finish_reason is None and not (rendered.logprobs and rendered.logprobs.tokens):
                     continue
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
-                yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model,
+                yield _encode(CompletionChunk(**job.envelope,
                                               choices=[rendered], usage=running))
             job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
-                yield _encode(CompletionChunk(id=job.response_id, created=job.created, model=job.model, choices=[],
+                yield _encode(CompletionChunk(**job.envelope, choices=[],
                                               usage=usage(job.choices, sum(generated.values()))))
 
     return await primed(chunks(aggregator.merge(job.choices)))

@@ -4,14 +4,17 @@ from typing import Any
 
 from app.errors import bad_request
 from app.protocol.common import SamplingFields
+from app.compat import OperationCompat
 from plugins.engine.protocol import Engine
 
 
-def check_common(engine: Engine, request: SamplingFields) -> str:
+def check_common(engine: Engine, compat: OperationCompat, request: SamplingFields) -> str:
     """Validate what both endpoints share; return the model name to report."""
-    if request.model is not None and request.model not in engine.served_model_names:
-        raise bad_request(
-            f"The model `{request.model}` does not exist. Served: {', '.join(engine.served_model_names)}.", "model")
+    compat.check_model(request.model, engine.served_model_names)
+    temperature = request.temperature
+    if temperature is None:
+        temperature = engine.default_sampling_params.get("temperature", 1.0)
+    compat.check_n(request.n, temperature)
     if request.stream_options is not None and not request.stream:
         raise bad_request("stream_options can only be set when stream is true.", "stream_options")
     return engine.served_model_names[0]

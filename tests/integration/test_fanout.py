@@ -77,12 +77,13 @@ def test_disconnect_mid_stream_aborts_every_child_in_the_engine(server):
     body = {"prompt": PROMPT_IDS, "n": 4, "max_tokens": 1500, "ignore_eos": True, "stream": True}
     with httpx.Client(timeout=60) as http:
         with http.stream("POST", f"{server.base_url}/v1/completions", json=body) as response:
+            # Keep the line iterator alive: dropping it would already close the connection.
+            lines = response.iter_lines()
             seen = 0
-            for line in response.iter_lines():
-                seen += line.startswith("data: ")
-                if seen >= 8:
-                    break
+            while seen < 8:
+                seen += next(lines).startswith("data: ")
             assert http.get(f"{server.base_url}/health").json()["unfinished_requests"] == 4
+            response.close()  # the client goes away mid-stream
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         if httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] == 0:

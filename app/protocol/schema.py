@@ -1,0 +1,41 @@
+"""Keep spec/openapi.yaml's component schemas equal to the wire types (tests/test_spec.py checks it).
+
+    python -m app.protocol.schema     # rewrite the components after changing a Struct
+"""
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from app.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from app.protocol.common import ErrorResponse
+from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
+from app.protocol.models import ModelList
+
+WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
+              ChatCompletionChunk, ModelList, ErrorResponse]
+SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
+
+
+def component_schemas() -> dict[str, Any]:
+    _, components = msgspec.json.schema_components(WIRE_TYPES, ref_template="#/components/schemas/{name}")
+    return msgspec.json.decode(msgspec.json.encode(components))
+
+
+SCHEMAS_MARK = "\n  schemas:\n"  # components.schemas: the generated part, last in the file
+
+
+def write_components(path: Path = SPEC_FILE) -> None:
+    """Replace the generated tail of the file; the hand-written part above it keeps its layout."""
+    text = path.read_text()
+    head = text[: text.index(SCHEMAS_MARK) + len(SCHEMAS_MARK)]
+    body = yaml.safe_dump(component_schemas(), sort_keys=False, width=110, allow_unicode=True)
+    path.write_text(head + "".join(f"    {line}\n" for line in body.splitlines()))
+    yaml.safe_load(path.read_text())  # still one valid document
+
+
+if __name__ == "__main__":
+    write_components()
+    print(f"updated the component schemas of {SPEC_FILE}")

@@ -1,0 +1,29 @@
+"""A request as planned: its choices on the engine, and what every response or chunk of it carries."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.serving.counts import TokenCounts
+from plugins.aggregation import prompt_tokens
+from plugins.fanout import Choice
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    model: str
+    response_id: str
+    created: int
+    choices: list[Choice]
+    system_fingerprint: str | None = None  # set where the compat profile includes it
+    counts: TokenCounts = field(default_factory=TokenCounts)
+
+    def __post_init__(self) -> None:
+        self.counts.prompt_tokens = prompt_tokens(self.choices)
+
+    @property
+    def envelope(self) -> dict[str, Any]:
+        """The fields every response object and stream chunk of this request starts with."""
+        fields: dict[str, Any] = {"id": self.response_id, "created": self.created, "model": self.model}
+        if self.system_fingerprint is not None:
+            fields["system_fingerprint"] = self.system_fingerprint
+        return fields
