@@ -10,6 +10,7 @@ from app.request_log import RequestLogMiddleware, configure_logging
 from app.routes import ROUTE_HANDLERS
 from app.settings import Settings, SettingsError
 from plugins.aggregation import AggregationPlugin
+from plugins.auth import AuthConfig, AuthPlugin
 from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin
 from plugins.fanout import FanOut, FanOutPlugin
@@ -33,7 +34,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
     return Litestar(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
-        plugins=[FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), SpecPlugin(spec)],
+        plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs)),
+                 FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         middleware=[RequestLogMiddleware()],

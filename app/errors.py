@@ -38,6 +38,7 @@ class APIError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
+        self.headers: dict[str, str] = {}
 
     @property
     def body(self) -> ErrorResponse:
@@ -114,5 +115,5 @@ def error_json(exc: BaseException) -> bytes:
 
 def exception_handler(request: Request, exc: Exception) -> Response:
     error = error_for(exc)
-    headers = getattr(exc, "headers", None) or {}
+    headers = {**(getattr(exc, "headers", None) or {}), **error.headers}
     return Response(content=error.body, status_code=error.status, media_type=MediaType.JSON, headers=headers)

@@ -78,9 +78,9 @@ class _ChoiceText:
                 fallback = self.engine.token_strings(prompt.token_ids)
                 positions = [*prompt_positions, *(positions or [])]
                 token_ids = [*prompt.token_ids, *token_ids]
-                logprobs = self.logprobs.build(token_ids, positions, fallback)
+                logprobs = self.logprobs.build(text, token_ids, positions, fallback)
         if logprobs is None and self.logprobs is not None:
-            logprobs = self.logprobs.build(token_ids, positions or [])
+            logprobs = self.logprobs.build(text, token_ids, positions or [])
         self.started = True
         return CompletionChoice(index=self.choice.index, text=text, logprobs=logprobs,
                                 finish_reason=finish_reason, stop_reason=completion.stop_reason)

@@ -14,15 +14,23 @@ def _value(logprob: float) -> float:
 
 
 class CompletionLogprobsBuilder:
-    """Completion logprobs, chunk by chunk; `text_offset` continues across chunks."""
+    """Completion logprobs chunk by chunk, with `text_offset` as real offsets into the returned text.
 
-    __slots__ = ("offset",)
+    Each token is found where the text so far continues; a token the text does not show there (a
+    special token such as bos, or a piece of a multi-byte character) gets the current offset and
+    takes no room. Offsets continue across stream chunks and are never negative.
+    """
 
-    def __init__(self, offset: int = 0) -> None:
-        self.offset = offset
+    __slots__ = ("text", "offset")
 
-    def build(self, token_ids: Sequence[int], positions: Sequence[dict[int, Any] | None],
+    def __init__(self) -> None:
+        self.text = ""
+        self.offset = 0
+
+    def build(self, text: str, token_ids: Sequence[int], positions: Sequence[dict[int, Any] | None],
               fallback_tokens: Sequence[str] = ()) -> CompletionLogprobs:
+        """`text`: the text this chunk adds to the choice; the tokens and their logprobs produced it."""
+        self.text += text
         result = CompletionLogprobs(text_offset=[], token_logprobs=[], tokens=[], top_logprobs=[])
         for i, (token_id, position) in enumerate(zip(token_ids, positions, strict=True)):
             chosen = position.get(token_id) if position else None
@@ -30,11 +38,12 @@ class CompletionLogprobsBuilder:
                 fallback_tokens[i] if i < len(fallback_tokens) else "")
             result.tokens.append(token)
             result.text_offset.append(self.offset)
+            if token and self.text.startswith(token, self.offset):
+                self.offset += len(token)
             result.token_logprobs.append(_value(chosen.logprob) if chosen is not None else None)
             result.top_logprobs.append(
                 {(lp.decoded_token or ""): _value(lp.logprob) for lp in position.values()} if position else None
             )
-            self.offset += len(token)
         return result
 
 

@@ -1,0 +1,108 @@
+"""Compat profiles and API keys on the real server, through the OpenAI SDK (raw HTTP where it can't)."""
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.server import start_server
+from tests.sse import sse_json
+
+pytestmark = pytest.mark.engine
+MESSAGES = [{"role": "user", "content": "Hi"}]
+KEY = "sk-choir-test"
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    """A second server: the vllm profile, protected by an API key."""
+    server = start_server(tmp_path_factory.mktemp("vllm") / "server.log",
+                          env={"CHOIR_COMPAT": "vllm", "CHOIR_API_KEY": f"other-key,{KEY}"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_client(vllm_server):
+    return openai.OpenAI(base_url=f"{vllm_server.base_url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+# The default profile (sglang), on the session's server.
+
+def test_default_profile_sends_no_system_fingerprint(server):
+    body = {"messages": MESSAGES, "max_tokens": 3}
+    plain = httpx.post(f"{server.base_url}/v1/chat/completions", json=body).json()
+    chunks, _ = sse_json(httpx.post(f"{server.base_url}/v1/chat/completions", json={
+        **body, "stream": True, "stream_options": {"include_usage": True}}).text)
+    assert not any("system_fingerprint" in obj for obj in [plain, *chunks])
+
+
+def test_default_profile_every_delta_carries_reasoning_content(client, model):
+    chunks = list(client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, n=2, stream=True))
+    assert chunks and all(chunk.choices[0].delta.reasoning_content is None for chunk in chunks)
+
+
+@pytest.mark.parametrize("field, value", [("functions", [{"name": "f", "parameters": {"type": "object"}}]),
+                                          ("function_call", "auto")])
+def test_default_profile_refuses_deprecated_function_fields(client, model, field, value):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=2, **{field: value})
+    assert raised.value.body["param"] == field
+
+
+def test_default_profile_unknown_model_is_400_and_names_the_served_model(client, model):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=2)
+    assert "The model `gpt-4o` does not exist." in raised.value.body["message"] and model in raised.value.body["message"]
+
+
+def test_models_retrieve(client, model):
+    assert client.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+
+# The vllm profile, with an API key.
+
+def test_vllm_profile_sends_system_fingerprint(vllm_client, vllm_server):
+    chat = vllm_client.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=2)
+    assert chat.system_fingerprint.startswith("vllm-")
+    chunks = list(vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=2, stream=True))
+    assert all(chunk.system_fingerprint for chunk in chunks)
+
+
+def test_vllm_profile_unknown_model_is_404(vllm_client):
+    with pytest.raises(openai.NotFoundError) as raised:
+        vllm_client.completions.create(model="gpt-4o", prompt="x", max_tokens=2)
+    assert raised.value.body["type"] == "NotFoundError" and raised.value.body["param"] == "model"
+
+
+def test_vllm_profile_ignores_deprecated_function_fields(vllm_client):
+    chat = vllm_client.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=2,
+                                               function_call="auto")
+    assert chat.choices[0].message.role == "assistant"
+
+
+def test_vllm_profile_rejects_greedy_n(vllm_client):
+    with pytest.raises(openai.BadRequestError) as raised:
+        vllm_client.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=2, n=2, temperature=0)
+    assert raised.value.body["param"] == "n"
+
+
+def test_vllm_profile_deltas_have_no_reasoning_content_key(vllm_server):
+    chunks, _ = sse_json(httpx.post(f"{vllm_server.base_url}/v1/chat/completions",
+                                    headers={"Authorization": f"Bearer {KEY}"},
+                                    json={"messages": MESSAGES, "max_tokens": 3, "stream": True}).text)
+    assert not any("reasoning_content" in chunk["choices"][0]["delta"] for chunk in chunks)
+
+
+@pytest.mark.parametrize("api_key", ["wrong-key", ""])
+def test_a_wrong_or_missing_key_is_an_authentication_error(vllm_server, api_key):
+    sdk = openai.OpenAI(base_url=f"{vllm_server.base_url}/v1", api_key=api_key or "x", max_retries=0,
+                        default_headers={} if api_key else {"Authorization": ""})
+    with pytest.raises(openai.AuthenticationError):
+        sdk.models.list()
+
+
+def test_health_stays_open_with_a_key(vllm_server):
+    assert httpx.get(f"{vllm_server.base_url}/health").status_code == 200
+    assert httpx.get(f"{vllm_server.base_url}/v1/models").status_code == 401

@@ -1,0 +1,92 @@
+"""Bearer API keys: every /v1 route and method needs one; health, version and (by default) docs don't."""
+
+import pytest
+from litestar.testing import TestClient
+
+from app.asgi import create_app
+from app.settings import Settings
+from plugins.spec import load_spec
+from tests.fakes import FakeEngine, fake_engine_factory
+
+KEYS = ("first-key", "second-key")
+V1_ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None),
+             ("POST", "/v1/completions", {"prompt": "x"}),
+             ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})]
+
+
+def make_client(**settings):
+    app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS, **settings),
+                     engine_factory=fake_engine_factory(FakeEngine()))
+    return TestClient(app)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_client() as test_client:
+        yield test_client
+
+
+def assert_401(response):
+    assert response.status_code == 401, response.text
+    assert response.json()["error"]["type"] == "AuthenticationError" and response.json()["error"]["code"] == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("method, path, body", V1_ROUTES)
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Basic first-key", "first-key", "Bearer "])
+def test_v1_routes_refuse_a_missing_or_wrong_key(client, method, path, body, authorization):
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    assert_401(client.request(method, path, json=body, headers=headers))
+
+
+@pytest.mark.parametrize("method, path, body", V1_ROUTES)
+@pytest.mark.parametrize("authorization", ["Bearer first-key", "bearer second-key", "BEARER first-key"])
+def test_v1_routes_accept_any_configured_key_with_any_scheme_case(client, method, path, body, authorization):
+    assert client.request(method, path, json=body, headers={"Authorization": authorization}).status_code == 200
+
+
+@pytest.mark.parametrize("method, path, content", [
+    ("GET", "/v1/nothing", None), ("DELETE", "/v1/models", None), ("PUT", "/v1/completions", None),
+    ("POST", "/v1/completions", b"{not json"), ("POST", "/v1/completions", b'{"prompt": 5.5}')])
+def test_401_comes_before_404_405_and_validation(client, method, path, content):
+    assert_401(client.request(method, path, content=content, headers={"content-type": "application/json"}))
+
+
+def test_with_a_key_the_route_errors_come_back(client):
+    headers = {"Authorization": "Bearer first-key"}
+    assert client.get("/v1/nothing", headers=headers).status_code == 404
+    assert client.delete("/v1/models", headers=headers).status_code == 405
+
+
+@pytest.mark.parametrize("path", ["/health", "/version", "/schema", "/schema/openapi.json",
+                                  "/schema/assets/swagger-ui.css"])
+def test_health_version_and_docs_stay_open(client, path):
+    assert client.get(path).status_code == 200
+
+
+def test_a_setting_closes_the_docs_too():
+    with make_client(protect_docs=True) as client:
+        assert_401(client.get("/schema"))
+        assert_401(client.get("/schema/openapi.json"))
+        assert client.get("/schema", headers={"Authorization": "Bearer first-key"}).status_code == 200
+        assert client.get("/health").status_code == 200
+
+
+def test_without_keys_everything_is_open():
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(FakeEngine()))
+    with TestClient(app) as client:
+        assert client.get("/v1/models").status_code == 200
+
+
+def test_the_spec_declares_the_bearer_scheme():
+    spec = load_spec()
+    assert spec["components"]["securitySchemes"]["BearerAuth"] == {
+        "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["BearerAuth"][
+            "description"]}
+    assert spec["security"] == [{"BearerAuth": []}]
+    assert spec["paths"]["/health"]["get"]["security"] == [] and spec["paths"]["/version"]["get"]["security"] == []
+
+
+def test_api_keys_setting_is_a_comma_separated_list(tmp_path):
+    s = Settings.from_env({"CHOIR_API_KEY": " a , b,,c "}, env_file=tmp_path / "none")
+    assert s.api_keys == ("a", "b", "c")

@@ -1,0 +1,158 @@
+"""Compatibility rules as data: each rule of each profile, and a rule flipped by editing the spec."""
+
+import shutil
+
+import pytest
+import yaml
+from litestar.testing import TestClient
+
+from app.asgi import create_app
+from app.compat import CompatProfile
+from app.settings import Settings, SettingsError
+from plugins.spec import SPEC_DIR, SpecConfig
+from tests.fakes import FakeEngine, fake_engine_factory
+from tests.sse import sse_json
+
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def make_client(compat="sglang", spec_dir=SPEC_DIR, engine=None):
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine or FakeEngine()),
+                     spec=SpecConfig(spec_dir, compat))
+    return TestClient(app)
+
+
+@pytest.fixture(params=["sglang", "vllm"])
+def profile_client(request):
+    with make_client(request.param) as client:
+        yield request.param, client
+
+
+def all_json(client, path, body):
+    """Every JSON object the endpoint returns for `body`: the response, and each chunk when streamed."""
+    plain = client.post(path, json=body).json()
+    chunks, _ = sse_json(client.post(path, json={**body, "stream": True,
+                                                 "stream_options": {"include_usage": True}}).text)
+    return [plain, *chunks]
+
+
+@pytest.mark.parametrize("path, body", [("/v1/completions", {"prompt": "x"}), (CHAT, {"messages": MESSAGES})])
+def test_system_fingerprint(profile_client, path, body):
+    profile, client = profile_client
+    objects = all_json(client, path, body)
+    if profile == "sglang":
+        assert not any("system_fingerprint" in obj for obj in objects)
+    else:
+        assert all(obj["system_fingerprint"].startswith("vllm-fake-") for obj in objects)
+
+
+def test_reasoning_content_in_every_chat_delta(profile_client):
+    profile, client = profile_client
+    chunks, _ = sse_json(client.post(CHAT, json={"messages": MESSAGES, "stream": True, "n": 2}).text)
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
+    assert deltas and any("role" in d for d in deltas) and any(chunk["choices"][0]["finish_reason"] for chunk in chunks)
+    if profile == "sglang":
+        assert all("reasoning_content" in d and d["reasoning_content"] is None for d in deltas)
+    else:
+        assert not any("reasoning_content" in d for d in deltas)
+
+
+@pytest.mark.parametrize("field, value", [("functions", [{"name": "f", "parameters": {}}]), ("function_call", "auto")])
+def test_deprecated_function_fields(profile_client, field, value):
+    profile, client = profile_client
+    response = client.post(CHAT, json={"messages": MESSAGES, field: value})
+    if profile == "sglang":
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["param"] == field and ("tools" in error["message"] or "tool_choice" in error["message"])
+    else:
+        assert response.status_code == 200
+
+
+@pytest.mark.parametrize("path, body", [("/v1/completions", {"prompt": "x"}), (CHAT, {"messages": MESSAGES})])
+def test_unknown_model(profile_client, path, body):
+    profile, client = profile_client
+    response = client.post(path, json={**body, "model": "gpt-4"})
+    error = response.json()["error"]
+    assert error["param"] == "model" and "The model `gpt-4` does not exist." in error["message"]
+    assert "fake-model" in error["message"]
+    assert response.status_code == (400 if profile == "sglang" else 404)
+    assert client.post(path, json=body).status_code == 200  # an omitted model is the served one
+
+
+def test_greedy_n(profile_client):
+    profile, client = profile_client
+    response = client.post(CHAT, json={"messages": MESSAGES, "n": 2, "temperature": 0})
+    if profile == "sglang":
+        assert response.status_code == 200 and len(response.json()["choices"]) == 2
+    else:
+        assert response.status_code == 400 and response.json()["error"]["param"] == "n"
+
+
+def test_retrieve_model(profile_client):
+    _, client = profile_client
+    card = client.get("/v1/models/fake-model").json()
+    assert card["id"] == "fake-model" and card["object"] == "model"
+    missing = client.get("/v1/models/gpt-4")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+
+
+def test_retrieve_a_model_whose_id_has_slashes():
+    with make_client(engine=FakeEngine(served_model_names=("org/some-model",))) as client:
+        assert client.get("/v1/models/org/some-model").json()["id"] == "org/some-model"
+
+
+def test_text_offset_is_a_real_offset_into_the_returned_text(profile_client):
+    _, client = profile_client
+    choice = client.post("/v1/completions", json={"prompt": "hi", "echo": True, "logprobs": 0}).json()["choices"][0]
+    text, logprobs = choice["text"], choice["logprobs"]
+    for token, offset in zip(logprobs["tokens"], logprobs["text_offset"], strict=True):
+        assert offset >= 0
+        assert text[offset:].startswith(token) or token == "<s>"  # bos is not in the text
+    streamed, _ = sse_json(client.post("/v1/completions", json={"prompt": "hi", "logprobs": 0, "stream": True}).text)
+    offsets = [o for chunk in streamed for o in chunk["choices"][0]["logprobs"]["text_offset"]]
+    assert offsets == list(range(len("Hello world!")))
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(SettingsError) as raised:
+        CompatProfile.load(SPEC_DIR / "profiles", "openai-ish")
+    assert "sglang" in str(raised.value) and "vllm" in str(raised.value)
+
+
+def _spec_copy(tmp_path, edit_profile=None, edit_spec=None):
+    shutil.copytree(SPEC_DIR, tmp_path / "spec")
+    for name, edit in (("profiles/sglang.yaml", edit_profile), ("openapi.yaml", edit_spec)):
+        if edit:
+            path = tmp_path / "spec" / name
+            document = yaml.safe_load(path.read_text())
+            edit(document)
+            path.write_text(yaml.safe_dump(document))
+    return tmp_path / "spec"
+
+
+def test_flipping_a_rule_in_a_copy_of_the_spec_changes_the_behaviour(tmp_path):
+    def include_fingerprint(profile):
+        profile["rules"]["system_fingerprint"] = "include"
+
+    with make_client(spec_dir=_spec_copy(tmp_path, edit_profile=include_fingerprint)) as client:
+        assert "system_fingerprint" in client.post("/v1/completions", json={"prompt": "x"}).json()
+
+
+def test_an_operation_that_drops_a_rule_stops_applying_it(tmp_path):
+    def drop_unknown_model(spec):
+        spec["paths"]["/v1/completions"]["post"]["x-choir-rules"].remove("unknown_model")
+
+    with make_client(spec_dir=_spec_copy(tmp_path, edit_spec=drop_unknown_model)) as client:
+        assert client.post("/v1/completions", json={"prompt": "x", "model": "any"}).status_code == 200
+
+
+def test_a_new_profile_is_a_file(tmp_path):
+    spec_dir = _spec_copy(tmp_path)
+    (spec_dir / "profiles" / "strict.yaml").write_text(
+        "extends: vllm\nrules:\n  unknown_model: {status: 422, message: 'no `{model}`'}\n")
+    with make_client("strict", spec_dir) as client:
+        response = client.post("/v1/completions", json={"prompt": "x", "model": "m"})
+        assert response.status_code == 422 and response.json()["error"]["message"] == "no `m`"
+        assert "system_fingerprint" in client.post("/v1/completions", json={"prompt": "x"}).json()  # from vllm
