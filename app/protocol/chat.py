@@ -12,9 +12,18 @@ class TextPart(msgspec.Struct, tag_field="type", tag="text"):
     text: str
 
 
+class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
+    """Accepted by the wire format so that it can be refused with a clear message: no model here sees images."""
+
+    image_url: dict[str, Any]
+
+
+ContentPart = TextPart | ImagePart
+
+
 class ChatMessage(msgspec.Struct, kw_only=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
 

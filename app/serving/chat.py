@@ -18,6 +18,7 @@ from app.protocol.chat import (
     ChatCompletionResponse,
     ChatLogprobs,
     Delta,
+    ImagePart,
 )
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs
@@ -47,6 +48,11 @@ def _check_unsupported(request: ChatCompletionRequest) -> None:
         raise bad_request("tool_choice needs tools, which this server does not support yet.", "tool_choice")
     if request.response_format and request.response_format.get("type", "text") != "text":
         raise bad_request("Only response_format type `text` is supported by this server yet.", "response_format")
+    for i, message in enumerate(request.messages):
+        for j, part in enumerate(message.content if isinstance(message.content, list) else []):
+            if isinstance(part, ImagePart):
+                raise bad_request("Image content is not supported: the served model reads text only.",
+                                  f"messages[{i}].content[{j}]")
     if request.top_logprobs and not request.logprobs:
         raise bad_request("top_logprobs needs logprobs set to true.", "top_logprobs")
 
