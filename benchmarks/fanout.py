@@ -30,14 +30,15 @@ async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens
         params = SamplingParams(n=n, seed=i, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.FINAL_ONLY)
         last = None
-        async for last in engine._engine.generate({"prompt_token_ids": PROMPT}, params, f"native-{n}-{i}"):
-            pass
+        async for output in engine._engine.generate({"prompt_token_ids": PROMPT}, params, f"native-{n}-{i}"):
+            last = output
         return sum(len(o.token_ids) for o in last.outputs)
 
     return await _closed_loop(one, requests, concurrency)
 
 
-async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int, max_tokens: int) -> tuple[float, float]:
+async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int,
+                     max_tokens: int) -> tuple[float, float]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -86,7 +87,8 @@ async def main(args: argparse.Namespace) -> None:
                 native.append(await run_native(engine, n, args.requests, args.concurrency, args.max_tokens))
                 choir.append(await run_fanout(engine, n, args.requests, args.concurrency, args.max_tokens))
             native_tok_s, choir_tok_s = median(t for t, _ in native), median(t for t, _ in choir)
-            results[n] = {"native_tok_s": native_tok_s, "fanout_tok_s": choir_tok_s, "ratio": choir_tok_s / native_tok_s,
+            results[n] = {"native_tok_s": native_tok_s, "fanout_tok_s": choir_tok_s,
+                          "ratio": choir_tok_s / native_tok_s,
                           "native_cpu_ms_per_request": median(c for _, c in native),
                           "fanout_cpu_ms_per_request": median(c for _, c in choir), "rounds": args.rounds}
     finally:

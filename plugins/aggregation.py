@@ -8,8 +8,8 @@ aborts the request in vLLM.
 """
 
 import asyncio
-from contextlib import aclosing
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from litestar.config.app import AppConfig

@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 from litestar import Request, Router, route
 from litestar.config.app import AppConfig
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import BaseRouteHandler
-from litestar.di import NamedDependency, Provide
 from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
 
@@ -60,7 +60,8 @@ class SpecOperation:
         for param in self.definition.get("parameters", []):
             if param.get("in") == "path":
                 kind = "path" if param.get("x-choir-allow-slashes") else _PATH_TYPES[param["schema"]["type"]]
-                path = path.replace("{%s}" % param["name"], "{%s:%s}" % (param["name"], kind))
+                name = param["name"]
+                path = path.replace(f"{{{name}}}", f"{{{name}:{kind}}}")
         return path
 
     @property

@@ -1,9 +1,6 @@
 """Compatibility rules as data: each rule of each profile, and a rule flipped by editing the spec."""
 
-import shutil
-
 import pytest
-import yaml
 from litestar.testing import TestClient
 
 from app.asgi import create_app
@@ -11,6 +8,7 @@ from app.compat import CompatProfile
 from app.settings import Settings, SettingsError
 from plugins.spec import SPEC_DIR, SpecConfig
 from tests.fakes import FakeEngine, fake_engine_factory
+from tests.spec_copy import spec_copy
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -18,8 +16,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 def make_client(compat="sglang", spec_dir=SPEC_DIR, engine=None):
-    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine or FakeEngine()),
-                     spec=SpecConfig(spec_dir, compat))
+    app = create_app(Settings(served_model_name="fake-model"),
+                     engine_factory=fake_engine_factory(engine or FakeEngine()), spec=SpecConfig(spec_dir, compat))
     return TestClient(app)
 
 
@@ -121,22 +119,11 @@ def test_unknown_profile_names_the_known_ones():
     assert "sglang" in str(raised.value) and "vllm" in str(raised.value)
 
 
-def _spec_copy(tmp_path, edit_profile=None, edit_spec=None):
-    shutil.copytree(SPEC_DIR, tmp_path / "spec")
-    for name, edit in (("profiles/sglang.yaml", edit_profile), ("openapi.yaml", edit_spec)):
-        if edit:
-            path = tmp_path / "spec" / name
-            document = yaml.safe_load(path.read_text())
-            edit(document)
-            path.write_text(yaml.safe_dump(document))
-    return tmp_path / "spec"
-
-
 def test_flipping_a_rule_in_a_copy_of_the_spec_changes_the_behaviour(tmp_path):
     def include_fingerprint(profile):
         profile["rules"]["system_fingerprint"] = "include"
 
-    with make_client(spec_dir=_spec_copy(tmp_path, edit_profile=include_fingerprint)) as client:
+    with make_client(spec_dir=spec_copy(tmp_path, profiles__sglang=include_fingerprint)) as client:
         assert "system_fingerprint" in client.post("/v1/completions", json={"prompt": "x"}).json()
 
 
@@ -144,12 +131,12 @@ def test_an_operation_that_drops_a_rule_stops_applying_it(tmp_path):
     def drop_unknown_model(spec):
         spec["paths"]["/v1/completions"]["post"]["x-choir-rules"].remove("unknown_model")
 
-    with make_client(spec_dir=_spec_copy(tmp_path, edit_spec=drop_unknown_model)) as client:
+    with make_client(spec_dir=spec_copy(tmp_path, openapi=drop_unknown_model)) as client:
         assert client.post("/v1/completions", json={"prompt": "x", "model": "any"}).status_code == 200
 
 
 def test_a_new_profile_is_a_file(tmp_path):
-    spec_dir = _spec_copy(tmp_path)
+    spec_dir = spec_copy(tmp_path)
     (spec_dir / "profiles" / "strict.yaml").write_text(
         "extends: vllm\nrules:\n  unknown_model: {status: 422, message: 'no `{model}`'}\n")
     with make_client("strict", spec_dir) as client:

@@ -2,8 +2,8 @@
 response that breaks the spec (status codes, content types, bodies), for a bounded number of examples."""
 
 import schemathesis
-from schemathesis.checks import positive_data_acceptance
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import positive_data_acceptance
 
 from app.asgi import create_app
 from app.settings import Settings

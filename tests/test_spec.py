@@ -1,9 +1,6 @@
 """spec/openapi.yaml is the source of the routes: the app's OpenAPI must agree with it."""
 
-import shutil
-
 import pytest
-import yaml
 from litestar.exceptions import ImproperlyConfiguredException
 from openapi_spec_validator import validate
 
@@ -12,7 +9,7 @@ from app.protocol.schema import component_schemas
 from app.settings import Settings
 from plugins.spec import METHODS, SPEC_DIR, SpecConfig, load_spec
 from tests.fakes import FakeEngine, fake_engine_factory
-
+from tests.spec_copy import spec_copy
 
 
 def operations(doc: dict) -> set[tuple[str, str, str]]:
@@ -58,22 +55,13 @@ def test_post_operations_answer_200_as_the_spec_says():
     assert routes[("/v1/chat/completions", "POST")].status_code == 200
 
 
-def _spec_copy(tmp_path, edit) -> object:
-    shutil.copytree(SPEC_DIR, tmp_path / "spec")
-    path = tmp_path / "spec" / "openapi.yaml"
-    doc = yaml.safe_load(path.read_text())
-    edit(doc)
-    path.write_text(yaml.safe_dump(doc))
-    return tmp_path / "spec"
-
-
 def test_an_operation_without_handler_stops_startup(tmp_path):
     def add(doc):
         doc["paths"]["/v1/embeddings"] = {"post": {"operationId": "createEmbedding", "responses": {"200": {
             "description": "x"}}}}
 
     with pytest.raises(ImproperlyConfiguredException, match="createEmbedding"):
-        make_app(_spec_copy(tmp_path, add))
+        make_app(spec_copy(tmp_path, openapi=add))
 
 
 def test_a_handler_outside_the_spec_stops_startup(tmp_path):
@@ -81,7 +69,7 @@ def test_a_handler_outside_the_spec_stops_startup(tmp_path):
         del doc["paths"]["/version"]
 
     with pytest.raises(ImproperlyConfiguredException, match="'version'"):
-        make_app(_spec_copy(tmp_path, remove))
+        make_app(spec_copy(tmp_path, openapi=remove))
 
 
 def test_routes_follow_the_spec(tmp_path):
@@ -91,6 +79,6 @@ def test_routes_follow_the_spec(tmp_path):
 
     from litestar.testing import TestClient
 
-    with TestClient(make_app(_spec_copy(tmp_path, move))) as client:
+    with TestClient(make_app(spec_copy(tmp_path, openapi=move))) as client:
         assert client.get("/v1/engine-version").status_code == 200
         assert client.get("/version").status_code == 404

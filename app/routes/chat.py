@@ -13,9 +13,9 @@ from plugins.spec import CompatDependency, operation
 
 
 @operation("createChatCompletion")
-async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], engine: EngineDependency, fan_out: FanOutDependency,
-                                 aggregator: AggregatorDependency, compat: CompatDependency,
-                                 request: Request) -> Response:
+async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], request: Request,
+                                 compat: CompatDependency, fan_out: FanOutDependency, engine: EngineDependency,
+                                 aggregator: AggregatorDependency) -> Response:
     compat.check_body(data)
     data = parse_strict(data, ChatCompletionRequest)
     base_id = request_base_id(request)

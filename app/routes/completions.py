@@ -13,8 +13,9 @@ from plugins.spec import CompatDependency, operation
 
 
 @operation("createCompletion")
-async def create_completion(data: SkipValidation[CompletionRequest], engine: EngineDependency, fan_out: FanOutDependency,
-                           aggregator: AggregatorDependency, compat: CompatDependency, request: Request) -> Response:
+async def create_completion(data: SkipValidation[CompletionRequest], request: Request, compat: CompatDependency,
+                            fan_out: FanOutDependency, engine: EngineDependency,
+                            aggregator: AggregatorDependency) -> Response:
     compat.check_body(data)
     data = parse_strict(data, CompletionRequest)
     base_id = request_base_id(request)

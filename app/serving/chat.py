@@ -62,8 +62,8 @@ def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
             for message in request.messages]
 
 
-async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest, response_id: str,
-                    created: int) -> ChatJob:
+async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest,
+                    response_id: str, created: int) -> ChatJob:
     model = check_common(engine, compat, request)
     fan_out.check(request.n, request.seed)
     _check_unsupported(request)
@@ -73,7 +73,8 @@ async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, re
     try:
         prompt = await engine.render_chat(_messages(request), options)
     except (ValueError, TypeError) as exc:
-        raise bad_request(f"The messages cannot be rendered with the model's chat template: {exc}", "messages") from None
+        message = f"The messages cannot be rendered with the model's chat template: {exc}"
+        raise bad_request(message, "messages") from None
     check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
@@ -129,7 +130,8 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
             async for choice, output in outputs:
                 if choice.index not in started:
                     started.add(choice.index)
-                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=job.delta(role="assistant", content="")))
+                    role = job.delta(role="assistant", content="")
+                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=role))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:

@@ -27,8 +27,8 @@ class CompletionJob(Job):
     echo_only: bool  # max_tokens=0 with echo: the engine runs one token, which is dropped
 
 
-async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: CompletionRequest, response_id: str,
-                          created: int) -> CompletionJob:
+async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: CompletionRequest,
+                          response_id: str, created: int) -> CompletionJob:
     model = check_common(engine, compat, request)
     fan_out.check(request.n, request.seed)
     if request.suffix is not None:
@@ -111,7 +111,8 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
                 state = states[choice.index]
                 rendered = state.render(output, output.prompt_logprobs)
                 generated[choice.index] += _completion_tokens(job, output)
-                if not rendered.text and rendered.finish_reason is None and not (rendered.logprobs and rendered.logprobs.tokens):
+                has_logprobs = bool(rendered.logprobs and rendered.logprobs.tokens)
+                if not rendered.text and rendered.finish_reason is None and not has_logprobs:
                     continue
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
                 yield _encode(CompletionChunk(**job.envelope,

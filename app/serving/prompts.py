@@ -2,9 +2,9 @@
 
 from typing import Any
 
+from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.common import SamplingFields
-from app.compat import OperationCompat
 from plugins.engine.protocol import Engine
 
 

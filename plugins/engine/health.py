@@ -3,7 +3,6 @@
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
-
 from app.errors import APIError
 from plugins.engine.protocol import EngineDependency
 from plugins.spec import operation

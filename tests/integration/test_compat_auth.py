@@ -52,7 +52,8 @@ def test_default_profile_refuses_deprecated_function_fields(client, model, field
 def test_default_profile_unknown_model_is_400_and_names_the_served_model(client, model):
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=2)
-    assert "The model `gpt-4o` does not exist." in raised.value.body["message"] and model in raised.value.body["message"]
+    message = raised.value.body["message"]
+    assert "The model `gpt-4o` does not exist." in message and model in message
 
 
 def test_models_retrieve(client, model):
