@@ -40,6 +40,7 @@ class FakeEngine:
     max_model_len: int = 64
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
+    tool_parser: str | None = None
     is_alive: bool = True
     fail_with: BaseException | None = None
     delay: float = 0.0

@@ -7,6 +7,7 @@ from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
 def error_of(response, status: int, param: str | None = None) -> str:
@@ -78,9 +79,20 @@ def test_missing_field_names_it(client):
      "messages[0].content[0]"),
     ({"messages": [{"role": "user", "content": [{"type": "audio", "audio": {}}]}]}, "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "messages[0].content[0]"),
-    ({"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"messages": MESSAGES, "tools": TOOLS}, "tool_choice"),  # auto, and no tool parser configured
+    ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "auto"}, "tool_choice"),
     ({"messages": MESSAGES, "tool_choice": "required"}, "tool_choice"),
-    ({"messages": MESSAGES, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": MESSAGES, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     "tool_choice"),
+    ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "maybe"}, "tool_choice"),
+    ({"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "bad name!"}}],
+      "tool_choice": "required"}, "tools[0].function.name"),
+    ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "response_format"),
+    ({"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format.json_schema.schema"),
+    ({"messages": MESSAGES, "response_format": {"type": "xml"}}, "response_format.type"),
     ({"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs"),
     ({"messages": MESSAGES, "top_logprobs": 21, "logprobs": True}, "top_logprobs"),
     ({"messages": MESSAGES, "max_completion_tokens": 0}, "max_completion_tokens"),

@@ -28,6 +28,49 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     tool_call_id: str | None = None
 
 
+class FunctionDefinition(msgspec.Struct, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(msgspec.Struct):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class TextFormat(msgspec.Struct, tag_field="type", tag="text"):
+    pass
+
+
+class JsonObjectFormat(msgspec.Struct, tag_field="type", tag="json_object"):
+    pass
+
+
+class JsonSchema(msgspec.Struct, kw_only=True):
+    name: str = "response"
+    schema: dict[str, Any] | None = None  # required; a missing one gets a 400 that says so
+    strict: bool | None = None
+    description: str | None = None
+
+
+class JsonSchemaFormat(msgspec.Struct, tag_field="type", tag="json_schema", kw_only=True):
+    json_schema: JsonSchema
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
+
+
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
     max_tokens: MaxTokens | None = None
@@ -37,10 +80,10 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
-    # Declared so that they are refused rather than silently ignored until tools land.
-    tools: list[Any] | None = None
-    tool_choice: Any | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
 
 class TopLogprob(msgspec.Struct):
@@ -60,9 +103,21 @@ class ChatLogprobs(msgspec.Struct):
     content: list[TokenLogprob]
 
 
+class FunctionCall(msgspec.Struct):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(msgspec.Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
 class ChatChoice(msgspec.Struct):
@@ -83,6 +138,20 @@ class ChatCompletionResponse(msgspec.Struct, kw_only=True):
     system_fingerprint: str | UnsetType = UNSET  # sent only where the compat profile says so
 
 
+class DeltaFunctionCall(msgspec.Struct, omit_defaults=True):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class DeltaToolCall(msgspec.Struct, omit_defaults=True):
+    """The first delta of a call has its id, type and name; later ones add argument text."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: DeltaFunctionCall | UnsetType = UNSET
+
+
 class Delta(msgspec.Struct, omit_defaults=True):
     """Only the keys that are set are sent; the compat profile's `delta_always` keys always are."""
 
@@ -90,6 +159,7 @@ class Delta(msgspec.Struct, omit_defaults=True):
     content: str | None | UnsetType = UNSET
     reasoning_content: str | None | UnsetType = UNSET
     reasoning: str | None | UnsetType = UNSET
+    tool_calls: list[DeltaToolCall] | UnsetType = UNSET
 
 
 class ChatChunkChoice(msgspec.Struct):

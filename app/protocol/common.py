@@ -16,7 +16,7 @@ RepetitionPenalty = Annotated[float, Meta(gt=0.0, le=2.0)]
 Seed = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
 MaxTokens = Annotated[int, Meta(ge=0)]
 ChoiceCount = Annotated[int, Meta(ge=1)]
-FinishReason = Literal["stop", "length", "abort", "tool_calls"]
+FinishReason = Literal["stop", "length", "abort", "tool_calls", "repetition"]
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):

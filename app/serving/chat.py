@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from app.compat import OperationCompat
 from app.errors import bad_request
@@ -23,6 +24,8 @@ from app.protocol.chat import (
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs
 from app.serving.prompts import check_common
+from app.serving.structured import structured_outputs
+from app.serving.tools import ToolPlan, plan_tools
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
 from plugins.aggregation import Aggregator, usage
@@ -36,18 +39,13 @@ _encode = msgspec.json.encode
 class ChatJob(Job):
     request: ChatCompletionRequest
     delta_always: dict[str, Any]  # keys every delta carries (compat profile)
+    tools: ToolPlan
 
     def delta(self, **fields: Any) -> Delta:
         return Delta(**{**self.delta_always, **fields})
 
 
 def _check_unsupported(request: ChatCompletionRequest) -> None:
-    if request.tools:
-        raise bad_request("tools are not supported by this server yet.", "tools")
-    if request.tool_choice not in (None, "none"):
-        raise bad_request("tool_choice needs tools, which this server does not support yet.", "tool_choice")
-    if request.response_format and request.response_format.get("type", "text") != "text":
-        raise bad_request("Only response_format type `text` is supported by this server yet.", "response_format")
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.content if isinstance(message.content, list) else []):
             if isinstance(part, ImagePart):
@@ -67,9 +65,12 @@ async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, re
     model = check_common(engine, compat, request)
     fan_out.check(request.n, request.seed)
     _check_unsupported(request)
+    tools = plan_tools(request, engine.tool_parser)
+    template_kwargs = dict(request.chat_template_kwargs or {})
+    if tools.template_tools:
+        template_kwargs.setdefault("tools", tools.template_tools)
     options = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
-                                  continue_final_message=request.continue_final_message,
-                                  kwargs=request.chat_template_kwargs or {})
+                                  continue_final_message=request.continue_final_message, kwargs=template_kwargs)
     try:
         prompt = await engine.render_chat(_messages(request), options)
     except (ValueError, TypeError) as exc:
@@ -85,12 +86,13 @@ async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, re
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=logprobs,
-                                   defaults=engine.default_sampling_params)
+                                   defaults=engine.default_sampling_params,
+                                   structured_outputs=structured_outputs(request, tools))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id)
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
     return ChatJob(request=request, model=model, response_id=response_id, created=created,
                    choices=fan_out.choices([single], request.n), system_fingerprint=fingerprint,
-                   delta_always=compat.delta_always)
+                   delta_always=compat.delta_always, tools=tools)
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
@@ -107,17 +109,27 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
     for choice, output in zip(job.choices, outputs, strict=True):
         completion = output.outputs[0]
         completion_tokens += len(completion.token_ids)
-        choices.append(ChatChoice(index=choice.index, message=AssistantMessage(content=completion.text),
-                                  logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason,
+        reader = job.tools.reader()  # each choice reads its own output
+        content, calls = reader.complete(completion.text) if reader else (completion.text, [])
+        message = AssistantMessage(content=content, tool_calls=calls or UNSET)
+        choices.append(ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion),
+                                  finish_reason=_finish_reason(job, completion.finish_reason, bool(calls)),
                                   stop_reason=completion.stop_reason))
     job.counts.completion_tokens = completion_tokens
     return ChatCompletionResponse(**job.envelope, choices=choices,
                                   usage=usage(job.choices, completion_tokens))
 
 
+def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None:
+    """"tool_calls" when the model stopped after calling tools; never for a forced (named) tool."""
+    return "tool_calls" if called and reason == "stop" and job.tools.kind != "named" else reason
+
+
 async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
     plan = StreamPlan.of(job.request.stream_options)
     generated = {choice.index: 0 for choice in job.choices}
+    readers = {choice.index: job.tools.reader() for choice in job.choices}  # per-choice parser state
+    called: set[int] = set()
     started: set[int] = set()
 
     def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
@@ -136,9 +148,19 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 generated[choice.index] += len(completion.token_ids)
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:
                     continue
-                yield chunk(choice, ChatChunkChoice(
-                    index=choice.index, delta=job.delta(content=completion.text) if completion.text else job.delta(),
-                    logprobs=_logprobs(job, completion), finish_reason=completion.finish_reason))
+                reader = readers[choice.index]
+                if reader is None:
+                    delta = job.delta(content=completion.text) if completion.text else job.delta()
+                else:
+                    calls = reader.feed(completion.text)
+                    delta = job.delta(tool_calls=calls) if calls else job.delta()
+                    if calls:
+                        called.add(choice.index)
+                    elif completion.finish_reason is None and not job.request.logprobs:
+                        continue  # nothing to say yet (a call's name is not complete)
+                finish = _finish_reason(job, completion.finish_reason, choice.index in called)
+                yield chunk(choice, ChatChunkChoice(index=choice.index, delta=delta,
+                                                    logprobs=_logprobs(job, completion), finish_reason=finish))
             job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
                 yield _encode(ChatCompletionChunk(**job.envelope, choices=[],

@@ -20,7 +20,8 @@ def _vllm() -> tuple[Any, Any]:
 
 
 def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs: int | None = None,
-                          prompt_logprobs: int | None = None, defaults: dict[str, Any] | None = None) -> Any:
+                          prompt_logprobs: int | None = None, defaults: dict[str, Any] | None = None,
+                          structured_outputs: Any = None) -> Any:
     """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default."""
     sampling_params, output_kind = _vllm()
     values: dict[str, Any] = dict(defaults or {})
@@ -39,6 +40,7 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
         include_stop_str_in_output=request.include_stop_str_in_output,
         skip_special_tokens=request.skip_special_tokens,
         output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
+        structured_outputs=structured_outputs,
         **values,
     )
 

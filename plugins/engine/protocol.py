@@ -37,6 +37,7 @@ class Engine(Protocol):
     max_model_len: int
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
+    tool_parser: str | None  # the vLLM tool parser for `tool_choice: auto` (CHOIR_TOOL_PARSER)
 
     @property
     def is_alive(self) -> bool: ...

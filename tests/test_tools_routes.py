@@ -1,0 +1,138 @@
+"""tool_choice required / named and response_format over a scripted fake engine: what constrains the
+engine, and how the (scripted) constrained output comes back as tool calls, whole or streamed."""
+
+import json
+
+import pytest
+
+from tests.sse import sse_json
+
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "user", "content": "weather?"}]
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time"}}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+REQUIRED_OUTPUT = '[{"name": "get_weather", "parameters": {"city": "Paris"}}, {"name": "get_time", "parameters": {}}]'
+
+
+@pytest.fixture(autouse=True)
+def roomy_context(fake_engine):
+    fake_engine.max_model_len = 2048  # room for a one-character-per-token script
+
+
+def scripted(text: str, size: int):
+    return lambda prompt, params: [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def streamed_calls(chunks, index=0):
+    """Tool calls assembled from stream deltas, as the OpenAI SDK assembles them."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        if choice["index"] != index:
+            continue
+        assert "content" not in choice["delta"] or choice["delta"]["content"] in ("", None)
+        for call in choice["delta"].get("tool_calls", []):
+            entry = calls.setdefault(call["index"], {"id": None, "name": None, "arguments": ""})
+            if "id" in call:
+                assert entry["id"] is None  # the header comes once
+                entry["id"], entry["name"] = call["id"], call["function"]["name"]
+            entry["arguments"] += call.get("function", {}).get("arguments", "")
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_named_tool_constrains_the_output_to_its_parameters(client, fake_engine):
+    fake_engine.script = scripted('{"city": "Paris"}', 4)
+    body = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": NAMED}).json()
+    assert fake_engine.calls[0].params.structured_outputs.json == WEATHER
+    [choice] = body["choices"]
+    assert choice["message"]["content"] == ""
+    [call] = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert choice["finish_reason"] == "stop"  # a forced tool is not "tool_calls"
+
+
+def test_required_constrains_the_output_to_a_list_of_calls(client, fake_engine):
+    fake_engine.script = scripted(REQUIRED_OUTPUT, 7)
+    body = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}).json()
+    schema = fake_engine.calls[0].params.structured_outputs.json
+    assert schema["type"] == "array" and schema["minItems"] == 1 and "maxItems" not in schema
+    assert [item["properties"]["name"]["const"] for item in schema["items"]["anyOf"]] == ["get_weather", "get_time"]
+    [choice] = body["choices"]
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]]
+    assert calls == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+
+
+def test_parallel_tool_calls_false_allows_one_call(client, fake_engine):
+    client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                            "parallel_tool_calls": False})
+    assert fake_engine.calls[0].params.structured_outputs.json["maxItems"] == 1
+
+
+def test_tools_reach_the_chat_template(client, fake_engine):
+    rendered = []
+    original = fake_engine.render_chat
+
+    async def render_chat(messages, options):
+        rendered.append(options.kwargs)
+        return await original(messages, options)
+
+    fake_engine.render_chat = render_chat
+    client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"})
+    assert [t["function"]["name"] for t in rendered[0]["tools"]] == ["get_weather", "get_time"]
+
+
+def test_required_cut_short_is_text_not_a_broken_call(client, fake_engine):
+    fake_engine.script = scripted(REQUIRED_OUTPUT[:20], 5)
+    choice = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                                     "max_tokens": 4}).json()["choices"][0]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 200])
+@pytest.mark.parametrize("n", [1, 2])
+def test_streamed_required_calls_equal_the_whole_ones(client, fake_engine, size, n):
+    fake_engine.script = scripted(REQUIRED_OUTPUT, size)
+    chunks, done = sse_json(client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                                                    "stream": True, "n": n}).text)
+    assert done == 1
+    for index in range(n):
+        calls = streamed_calls(chunks, index)
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"}),
+                                                                           ("get_time", {})]
+        assert len({c["id"] for c in calls}) == 2
+        finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["index"] == index]
+        assert [f for f in finishes if f] == ["tool_calls"]
+
+
+@pytest.mark.parametrize("size", [1, 4, 100])
+def test_streamed_named_call(client, fake_engine, size):
+    fake_engine.script = scripted('{"city": "Paris"}', size)
+    chunks, _ = sse_json(client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": NAMED,
+                                                 "stream": True}).text)
+    [call] = streamed_calls(chunks)
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == ["stop"]
+
+
+def test_tool_choice_none_leaves_the_output_free(client, fake_engine):
+    body = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"}).json()
+    assert fake_engine.calls[0].params.structured_outputs is None
+    assert body["choices"][0]["message"]["content"] == "Hello world!"
+
+
+@pytest.mark.parametrize("response_format, expected", [
+    ({"type": "json_object"}, {"json_object": True}),
+    ({"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}, {"json": WEATHER}),
+    ({"type": "text"}, None),
+])
+def test_response_format_reaches_the_engine(client, fake_engine, response_format, expected):
+    assert client.post(CHAT, json={"messages": MESSAGES, "response_format": response_format}).status_code == 200
+    structured = fake_engine.calls[0].params.structured_outputs
+    if expected is None:
+        assert structured is None
+    else:
+        assert {key: getattr(structured, key) for key in expected} == expected
