@@ -24,10 +24,10 @@ from app.protocol.chat import (
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs
 from app.serving.prompts import check_common
-from app.serving.structured import structured_outputs
-from app.serving.tools import ToolPlan, plan_tools
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
+from app.serving.structured import structured_outputs
+from app.serving.tools import ToolPlan, plan_tools
 from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
 from plugins.fanout import Choice, FanOut, PromptRequest

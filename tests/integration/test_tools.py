@@ -1,0 +1,102 @@
+"""Tools and structured outputs on the real engine (the tiny random model) through the OpenAI SDK:
+the JSON-schema constraint is what makes its gibberish parse."""
+
+import json
+
+import jsonschema
+import pytest
+
+pytestmark = pytest.mark.engine
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+             "required": ["zone"], "additionalProperties": False}}}]
+SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+ENOUGH = 200  # tokens: the constrained JSON must be able to finish
+
+
+def test_named_tool_returns_a_call_whose_arguments_validate(client, model):
+    chat = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, max_tokens=ENOUGH, seed=1,
+                                          tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    choice = chat.choices[0]
+    assert choice.message.content == "" and choice.finish_reason == "stop"
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.id
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_required_returns_calls_whose_arguments_validate(client, model):
+    chat = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                          max_tokens=ENOUGH, seed=2, n=2)
+    for choice in chat.choices:
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def _assembled(stream):
+    calls: dict[int, dict] = {}
+    finish = None
+    for chunk in stream:
+        choice = chunk.choices[0]
+        finish = choice.finish_reason or finish
+        for delta in choice.delta.tool_calls or []:
+            entry = calls.setdefault(delta.index, {"name": None, "arguments": ""})
+            if delta.function and delta.function.name:
+                entry["name"] = delta.function.name
+            if delta.function and delta.function.arguments:
+                entry["arguments"] += delta.function.arguments
+    return [calls[i] for i in sorted(calls)], finish
+
+
+def test_streamed_required_calls_validate_and_equal_the_whole_ones(client, model):
+    kwargs = dict(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=ENOUGH, seed=3)
+    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
+    calls, finish = _assembled(client.chat.completions.create(stream=True, **kwargs))
+    assert finish == "tool_calls" and calls
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in whole]
+    for call in calls:
+        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+def test_streamed_named_call_validates(client, model):
+    calls, finish = _assembled(client.chat.completions.create(
+        model=model, messages=MESSAGES, tools=TOOLS, max_tokens=ENOUGH, seed=4, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_time"}}))
+    [call] = calls
+    assert call["name"] == "get_time" and finish == "stop"
+    jsonschema.validate(json.loads(call["arguments"]), SCHEMAS["get_time"])
+
+
+def test_response_format_json_schema_gives_valid_json(client, model):
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 20},
+                                               "score": {"type": "number"}},
+              "required": ["answer", "score"], "additionalProperties": False}
+    chat = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=ENOUGH, seed=5,
+                                          response_format={"type": "json_schema",
+                                                           "json_schema": {"name": "answer", "schema": schema}})
+    jsonschema.validate(json.loads(chat.choices[0].message.content), schema)
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=ENOUGH, seed=5, stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}))
+    assert json.loads(streamed) == json.loads(chat.choices[0].message.content)
+
+
+def test_response_format_json_object_gives_a_json_object(client, model):
+    """json_object bounds no string, so a random model may run out of tokens inside one: what it wrote
+    must still be a JSON object, complete when it stopped on its own."""
+    import partial_json_parser
+
+    for seed in range(6, 10):
+        choice = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=ENOUGH, seed=seed,
+                                                response_format={"type": "json_object"}).choices[0]
+        if choice.finish_reason == "stop":
+            assert isinstance(json.loads(choice.message.content), dict)
+        else:
+            assert isinstance(partial_json_parser.loads(choice.message.content), dict)
