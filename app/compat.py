@@ -76,5 +76,9 @@ class OperationCompat:
         return f"vllm-{engine_version}-{digest}"
 
     @property
+    def reasoning_field(self) -> str:
+        return self.rules.get("reasoning_field") or "reasoning_content"
+
+    @property
     def delta_always(self) -> dict[str, Any]:
         return self.rules.get("delta_always") or {}

@@ -34,6 +34,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     protect_docs: bool = False
     tool_parser: str | None = None
+    reasoning_parser: str | None = None
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -85,6 +86,7 @@ class Settings:
             api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),
             protect_docs=_boolean(env, "CHOIR_PROTECT_DOCS", False),
             tool_parser=env.get("CHOIR_TOOL_PARSER") or None,
+            reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
             environ=env,
         )
 

@@ -26,6 +26,9 @@ VOCAB_SIZE = 768
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
 SPECIAL_TOKENS = [PAD, BOS, EOS, *ROLE_TOKENS]  # ids 0, 1, 2, ...
+# Reasoning and tool-call markers (deepseek_r1/qwen3 and hermes style), one token each and kept in
+# the decoded text, so vLLM's parsers work with this model. The weights never emit them by themselves.
+MARKUP_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -63,7 +66,7 @@ def _corpus() -> list[str]:
 
 
 def _build_tokenizer(out: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -76,6 +79,7 @@ def _build_tokenizer(out: Path):
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
     # Plain encodes (completions, add_special_tokens=True) get a bos; the chat
     # template adds its own bos and vLLM encodes chat prompts without specials.
     tok.post_processor = processors.TemplateProcessing(
@@ -126,7 +130,8 @@ def _build_weights(out: Path, tok) -> None:
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
-    banned = [i for i in range(config.vocab_size) if not _is_plain_text(tok.decode([i]))]
+    markup = {tok.token_to_id(t) for t in MARKUP_TOKENS}
+    banned = [i for i in range(config.vocab_size) if i in markup or not _is_plain_text(tok.decode([i]))]
     with torch.no_grad():
         # Residual channel 0 is held at 1 (no layer reads or writes it), so the
         # final hidden state always has a positive channel 0 that lm_head uses to

@@ -16,8 +16,9 @@ from litestar.config.app import AppConfig
 from litestar.di import NamedDependency, Provide
 from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
+from msgspec import UNSET
 
-from app.protocol.common import Usage
+from app.protocol.common import CompletionTokensDetails, Usage
 from plugins.engine.protocol import Engine, EngineDependency
 from plugins.fanout import Choice
 
@@ -90,9 +91,11 @@ def prompt_tokens(choices: list[Choice]) -> int:
     return sum(len(prompt.token_ids) for prompt in {c.prompt_index: c.prompt for c in choices}.values())
 
 
-def usage(choices: list[Choice], completion_tokens: int) -> Usage:
+def usage(choices: list[Choice], completion_tokens: int, reasoning_tokens: int | None = None) -> Usage:
     prompt = prompt_tokens(choices)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
+    details = UNSET if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens,
+                 completion_tokens_details=details)
 
 
 def _provide_aggregator(engine: EngineDependency) -> Aggregator:

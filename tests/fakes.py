@@ -41,6 +41,8 @@ class FakeEngine:
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
     tool_parser: str | None = None
+    parsers: Any = None
+    tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     is_alive: bool = True
     fail_with: BaseException | None = None
     delay: float = 0.0
@@ -82,7 +84,7 @@ class FakeEngine:
                     await asyncio.sleep(self.delay)
                 last = i == len(pieces) - 1
                 finish = ("length" if len(pieces) == params.max_tokens else "stop") if last else None
-                piece_ids = encode(piece)
+                piece_ids = self.tokenizer.encode(piece, add_special_tokens=False) if self.tokenizer else encode(piece)
                 piece_lps = [_logprobs(t, params.logprobs) for t in piece_ids] if params.logprobs is not None else None
                 if delta:
                     text, ids, logprobs = piece, piece_ids, piece_lps

@@ -117,6 +117,8 @@ class ToolCall(msgspec.Struct, kw_only=True):
 class AssistantMessage(msgspec.Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning_content: str | None | UnsetType = UNSET  # the compat profile names the reasoning field
+    reasoning: str | None | UnsetType = UNSET
     tool_calls: list[ToolCall] | UnsetType = UNSET
 
 

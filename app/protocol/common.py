@@ -3,7 +3,7 @@
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -48,10 +48,15 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
+class CompletionTokensDetails(msgspec.Struct):
+    reasoning_tokens: int
+
+
 class Usage(msgspec.Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET  # with a reasoning parser
 
 
 class ErrorDetail(msgspec.Struct):

@@ -21,8 +21,10 @@ from app.protocol.chat import (
     Delta,
     ImagePart,
 )
+from app.serving.chat_output import ChoiceOutput, MessageParts
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs
+from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
 from app.serving.streaming import StreamPlan, primed
@@ -39,9 +41,22 @@ _encode = msgspec.json.encode
 class ChatJob(Job):
     request: ChatCompletionRequest
     delta_always: dict[str, Any]  # keys every delta carries (compat profile)
+    reasoning_field: str  # where reasoning text goes (compat profile)
     tools: ToolPlan
+    parsers: ParserSet | None = None
+    parser_request: Any = None  # the request as vLLM's parsers expect it
 
-    def delta(self, **fields: Any) -> Delta:
+    def output(self) -> ChoiceOutput:
+        return ChoiceOutput(self.tools, self.parsers, self.parser_request)
+
+    def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
+        if parts is not None:
+            if parts.content:
+                fields["content"] = parts.content
+            if parts.reasoning:
+                fields[self.reasoning_field] = parts.reasoning
+            if parts.tool_calls:
+                fields["tool_calls"] = parts.tool_calls
         return Delta(**{**self.delta_always, **fields})
 
 
@@ -56,8 +71,7 @@ def _check_unsupported(request: ChatCompletionRequest) -> None:
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    return [{key: value for key, value in msgspec.to_builtins(message).items() if value is not None}
-            for message in request.messages]
+    return _without_none(msgspec.to_builtins(request.messages))
 
 
 async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest,
@@ -90,9 +104,26 @@ async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, re
                                    structured_outputs=structured_outputs(request, tools))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id)
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    parsers = engine.parsers
     return ChatJob(request=request, model=model, response_id=response_id, created=created,
                    choices=fan_out.choices([single], request.n), system_fingerprint=fingerprint,
-                   delta_always=compat.delta_always, tools=tools)
+                   delta_always=compat.delta_always, reasoning_field=compat.reasoning_field, tools=tools,
+                   parsers=parsers, parser_request=_parser_request(request, model) if parsers else None)
+
+
+def _parser_request(request: ChatCompletionRequest, model: str) -> Any:
+    """The request as vLLM's own protocol type, which its parsers take."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as VllmChatRequest
+
+    return VllmChatRequest.model_validate({**_without_none(msgspec.to_builtins(request)), "model": model})
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
@@ -106,18 +137,22 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
     outputs = await aggregator.collect(job.choices)
     choices = []
     completion_tokens = 0
+    reasoning_tokens = None
     for choice, output in zip(job.choices, outputs, strict=True):
         completion = output.outputs[0]
         completion_tokens += len(completion.token_ids)
-        reader = job.tools.reader()  # each choice reads its own output
-        content, calls = reader.complete(completion.text) if reader else (completion.text, [])
-        message = AssistantMessage(content=content, tool_calls=calls or UNSET)
+        reader = job.output()
+        parts = reader.whole(completion.text)
+        message = AssistantMessage(content=parts.content, tool_calls=parts.tool_calls or UNSET)
+        if reader.reasons:
+            setattr(message, job.reasoning_field, parts.reasoning)
+            reasoning_tokens = (reasoning_tokens or 0) + (reader.reasoning_tokens(list(completion.token_ids)) or 0)
         choices.append(ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion),
-                                  finish_reason=_finish_reason(job, completion.finish_reason, bool(calls)),
+                                  finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
                                   stop_reason=completion.stop_reason))
     job.counts.completion_tokens = completion_tokens
     return ChatCompletionResponse(**job.envelope, choices=choices,
-                                  usage=usage(job.choices, completion_tokens))
+                                  usage=usage(job.choices, completion_tokens, reasoning_tokens))
 
 
 def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None:
@@ -128,8 +163,7 @@ def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None
 async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
     plan = StreamPlan.of(job.request.stream_options)
     generated = {choice.index: 0 for choice in job.choices}
-    readers = {choice.index: job.tools.reader() for choice in job.choices}  # per-choice parser state
-    called: set[int] = set()
+    readers = {choice.index: job.output() for choice in job.choices}  # per-choice parser state
     started: set[int] = set()
 
     def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
@@ -149,16 +183,11 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:
                     continue
                 reader = readers[choice.index]
-                if reader is None:
-                    delta = job.delta(content=completion.text) if completion.text else job.delta()
-                else:
-                    calls = reader.feed(completion.text)
-                    delta = job.delta(tool_calls=calls) if calls else job.delta()
-                    if calls:
-                        called.add(choice.index)
-                    elif completion.finish_reason is None and not job.request.logprobs:
-                        continue  # nothing to say yet (a call's name is not complete)
-                finish = _finish_reason(job, completion.finish_reason, choice.index in called)
+                parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
+                if not parts and completion.finish_reason is None and not job.request.logprobs:
+                    continue  # held back: e.g. the start of what may be a tool-call marker
+                finish = _finish_reason(job, completion.finish_reason, reader.called)
+                delta = job.delta(parts)
                 yield chunk(choice, ChatChunkChoice(index=choice.index, delta=delta,
                                                     logprobs=_logprobs(job, completion), finish_reason=finish))
             job.counts.completion_tokens = sum(generated.values())

@@ -38,6 +38,7 @@ class Engine(Protocol):
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
     tool_parser: str | None  # the vLLM tool parser for `tool_choice: auto` (CHOIR_TOOL_PARSER)
+    parsers: Any  # app.serving.parsers.ParserSet when a reasoning or tool parser is configured, else None
 
     @property
     def is_alive(self) -> bool: ...

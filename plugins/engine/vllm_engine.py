@@ -39,7 +39,8 @@ def parse_engine_args(settings: Settings, *, on_cpu: bool) -> Any:
 
 
 class VllmEngine:
-    def __init__(self, engine: Any, engine_args: Any, version: str, tool_parser: str | None = None) -> None:
+    def __init__(self, engine: Any, engine_args: Any, version: str, tool_parser: str | None = None,
+                 reasoning_parser: str | None = None) -> None:
         from vllm.renderers.params import ChatParams, TokenizeParams
 
         self._engine = engine
@@ -52,6 +53,11 @@ class VllmEngine:
         self.version = version
         self.default_sampling_params = dict(config.get_diff_sampling_param())
         self.tool_parser = tool_parser
+        self.parsers = None
+        if tool_parser or reasoning_parser:  # unknown names stop start-up here, with the known ones
+            from app.serving.parsers import ParserSet
+
+            self.parsers = ParserSet.load(engine.renderer.tokenizer, reasoning_parser, tool_parser)
         self.started_at = int(time.time())
         # Choir checks lengths itself (clear messages, the right `param`), so vLLM's check is off.
         self._cmpl_tokens = TokenizeParams(max_total_tokens=None, add_special_tokens=True)
@@ -117,7 +123,10 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
     try:
-        yield VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser)
+        # A parser name vLLM does not know raises SettingsError here: the engine is shut down below,
+        # then EngineConfig.lifespan reports the setting in one line.
+        yield VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser,
+                         reasoning_parser=settings.reasoning_parser)
     finally:
         engine.shutdown()
         log.info("engine stopped")

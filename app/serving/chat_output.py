@@ -1,0 +1,73 @@
+"""How one choice's generated text becomes message parts: content, reasoning and tool calls.
+
+A forced tool (`required`, named) is read by its structured-output reader (app/serving/tools.py);
+otherwise the configured vLLM parsers read it (app/serving/parsers.py); with neither, all is content.
+Each choice gets its own `ChoiceOutput`, so parser state is never shared between choices.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.serving.parsers import ChoiceParser, ParserSet
+from app.serving.tools import ToolPlan
+
+
+@dataclass
+class MessageParts:
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[Any] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.content or self.reasoning or self.tool_calls)
+
+    def extend(self, more: "MessageParts") -> "MessageParts":
+        return MessageParts(_join(self.content, more.content), _join(self.reasoning, more.reasoning),
+                            [*self.tool_calls, *more.tool_calls])
+
+
+def _join(a: str | None, b: str | None) -> str | None:
+    return a + b if a and b else (a or b)
+
+
+class ChoiceOutput:
+    def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any) -> None:
+        self.reader = tools.reader()
+        self.parser: ChoiceParser | None = None
+        if self.reader is None and parsers is not None:
+            self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto")
+        self.called = False
+
+    @property
+    def reasons(self) -> bool:
+        """Whether this choice has a reasoning parser (its messages then carry the reasoning field)."""
+        return self.parser is not None and self.parser.has_reasoning
+
+    def whole(self, text: str) -> MessageParts:
+        if self.reader is not None:
+            content, calls = self.reader.complete(text)
+            parts = MessageParts(content=content, tool_calls=calls)
+        elif self.parser is not None:
+            parsed = self.parser.complete(text)
+            parts = MessageParts(parsed.content, parsed.reasoning, parsed.tool_calls)
+        else:
+            parts = MessageParts(content=text)
+        self.called = bool(parts.tool_calls)
+        return parts
+
+    def delta(self, text: str, token_ids: list[int], finished: bool) -> MessageParts:
+        if self.reader is not None:
+            parts = MessageParts(tool_calls=self.reader.feed(text))
+        elif self.parser is not None:
+            parsed = self.parser.feed(text, token_ids)
+            parts = MessageParts(parsed.content, parsed.reasoning, parsed.tool_calls)
+            if finished:
+                rest = self.parser.finish()
+                parts = parts.extend(MessageParts(rest.content, rest.reasoning, rest.tool_calls))
+        else:
+            parts = MessageParts(content=text or None)
+        self.called = self.called or bool(parts.tool_calls)
+        return parts
+
+    def reasoning_tokens(self, token_ids: list[int]) -> int | None:
+        return self.parser.reasoning_tokens(token_ids) if self.parser is not None else None

@@ -1,0 +1,157 @@
+"""vLLM's own reasoning and tool parsers (CHOIR_REASONING_PARSER, CHOIR_TOOL_PARSER), one fresh set
+per choice, so the n choices of a request never share parser state.
+
+Streaming, text goes through the reasoning parser first and what it calls content through the tool
+parser, as vLLM's server does. When the choice ends, the streamed parts are reconciled with a
+whole-text parse, so that what a client assembles from the stream equals the non-streamed answer
+(a parser may hold back text that only looked like the start of a marker: it comes out then).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.protocol.chat import DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall
+from app.serving.tools import tool_call_id
+from app.settings import SettingsError
+
+
+@dataclass
+class Parsed:
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: list[Any] = field(default_factory=list)  # ToolCall (whole) or DeltaToolCall (streamed)
+
+
+@dataclass(frozen=True)
+class ParserSet:
+    """The configured parser classes and the tokenizer they are built with."""
+
+    tokenizer: Any
+    reasoning: type | None = None
+    tool: type | None = None
+
+    @classmethod
+    def load(cls, tokenizer: Any, reasoning: str | None, tool: str | None) -> "ParserSet":
+        from vllm.reasoning import ReasoningParserManager
+        from vllm.tool_parsers import ToolParserManager
+
+        return cls(tokenizer, _lookup(ReasoningParserManager, reasoning, "CHOIR_REASONING_PARSER"),
+                   _lookup(ToolParserManager, tool, "CHOIR_TOOL_PARSER"))
+
+    def for_choice(self, request: Any, use_tools: bool) -> "ChoiceParser | None":
+        reasoning = self.reasoning(self.tokenizer) if self.reasoning else None
+        tool = self.tool(self.tokenizer) if (self.tool and use_tools) else None
+        return ChoiceParser(reasoning, tool, request) if (reasoning or tool) else None
+
+
+def _lookup(manager: Any, name: str | None, setting: str) -> type | None:
+    if name is None:
+        return None
+    get = getattr(manager, "get_reasoning_parser", None) or manager.get_tool_parser
+    try:
+        return get(name)
+    except KeyError:
+        known = ", ".join(sorted(manager.list_registered()))
+        raise SettingsError(f"{setting}={name!r} is not a vLLM parser: {known}.") from None
+
+
+class ChoiceParser:
+    def __init__(self, reasoning: Any, tool: Any, request: Any) -> None:
+        self.reasoning_parser, self.tool_parser, self.request = reasoning, tool, request
+        self.text, self.ids = "", []
+        self.content_text, self.content_ids = "", []
+        self.sent = Parsed()  # what the stream has said, to reconcile at the end
+        self.sent_args: dict[int, str] = {}
+        self.sent_names: dict[int, str] = {}
+
+    @property
+    def has_reasoning(self) -> bool:
+        return self.reasoning_parser is not None
+
+    def complete(self, text: str) -> Parsed:
+        reasoning, content = None, text
+        if self.reasoning_parser is not None:
+            reasoning, content = self.reasoning_parser.extract_reasoning(text, self.request)
+        calls: list[ToolCall] = []
+        if self.tool_parser is not None and content:
+            info = self.tool_parser.extract_tool_calls(content, self.request)
+            if info.tools_called:
+                content = info.content
+                calls = [ToolCall(id=call.id or tool_call_id(), function=FunctionCall(
+                    name=call.function.name, arguments=call.function.arguments)) for call in info.tool_calls]
+        return Parsed(reasoning, content, calls)
+
+    def reasoning_tokens(self, token_ids: list[int]) -> int | None:
+        if self.reasoning_parser is None:
+            return None
+        return self.reasoning_parser.count_reasoning_tokens(token_ids)
+
+    def feed(self, delta: str, delta_ids: list[int]) -> Parsed:
+        previous, previous_ids = self.text, self.ids
+        self.text, self.ids = previous + delta, [*previous_ids, *delta_ids]
+        out = Parsed(content=delta)
+        content_ids = delta_ids
+        if self.reasoning_parser is not None:
+            message = self.reasoning_parser.extract_reasoning_streaming(
+                previous, self.text, delta, previous_ids, self.ids, delta_ids)
+            out.reasoning = message.reasoning if message else None
+            out.content = message.content if message else None
+            start = getattr(self.reasoning_parser, "start_token", None)
+            if out.reasoning and start and start in out.reasoning:
+                # vLLM's think parsers keep the start marker when it arrives with other tokens in one delta
+                out.reasoning = out.reasoning.replace(start, "", 1) or None
+            if out.content and delta_ids:  # the content's own ids: those after the end marker
+                content_ids = self.reasoning_parser.extract_content_ids(list(delta_ids)) or delta_ids
+        if self.tool_parser is not None and out.content:
+            before, before_ids = self.content_text, self.content_ids
+            self.content_text, self.content_ids = before + out.content, [*before_ids, *content_ids]
+            message = self.tool_parser.extract_tool_calls_streaming(
+                before, self.content_text, out.content, before_ids, self.content_ids, content_ids, self.request)
+            out.content = message.content if message else None
+            out.tool_calls = [self._delta_call(call) for call in (message.tool_calls if message else [])]
+        self._record(out)
+        return out
+
+    def finish(self) -> Parsed:
+        """What the stream still owes to equal the whole-text parse."""
+        whole = self.complete(self.text)
+        rest = Parsed(reasoning=_suffix(self.sent.reasoning, whole.reasoning),
+                      content=_suffix(self.sent.content, whole.content))
+        for index, call in enumerate(whole.tool_calls):
+            if index not in self.sent_names:
+                rest.tool_calls.append(DeltaToolCall(index=index, id=call.id, type="function",
+                                                     function=DeltaFunctionCall(name=call.function.name,
+                                                                                arguments="")))
+            missing = _suffix(self.sent_args.get(index), call.function.arguments)
+            if missing:
+                rest.tool_calls.append(DeltaToolCall(index=index, function=DeltaFunctionCall(arguments=missing)))
+        self._record(rest)
+        return rest
+
+    def _delta_call(self, call: Any) -> DeltaToolCall:
+        function = call.function
+        out = DeltaToolCall(index=call.index)
+        if function is not None and function.name:
+            out.id, out.type = call.id or tool_call_id(), "function"
+            out.function = DeltaFunctionCall(name=function.name, arguments=function.arguments or "")
+        elif function is not None and function.arguments:
+            out.function = DeltaFunctionCall(arguments=function.arguments)
+        return out
+
+    def _record(self, parsed: Parsed) -> None:
+        if parsed.reasoning:
+            self.sent.reasoning = (self.sent.reasoning or "") + parsed.reasoning
+        if parsed.content:
+            self.sent.content = (self.sent.content or "") + parsed.content
+        for call in parsed.tool_calls:
+            if isinstance(call.function, DeltaFunctionCall):
+                if isinstance(call.function.name, str):
+                    self.sent_names[call.index] = call.function.name
+                if isinstance(call.function.arguments, str):
+                    self.sent_args[call.index] = self.sent_args.get(call.index, "") + call.function.arguments
+
+
+def _suffix(sent: str | None, whole: str | None) -> str | None:
+    """The part of `whole` the stream has not sent, when what it sent is a prefix of it."""
+    sent, whole = sent or "", whole or ""
+    return whole[len(sent):] or None if whole.startswith(sent) else None
