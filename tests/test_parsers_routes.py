@@ -145,6 +145,9 @@ def test_reasoning_without_tools(client, fake_engine):
     streamed = assemble(chunks)
     assert streamed["reasoning"] == "The user wants weather." and streamed["content"] == "Hello there."
     assert all("reasoning_content" in chunk["choices"][0]["delta"] for chunk in chunks)
+    usage_chunk = sse_json(client.post(CHAT, json={"messages": MESSAGES, "stream": True,
+                                                   "stream_options": {"include_usage": True}}).text)[0][-1]
+    assert usage_chunk["usage"]["completion_tokens_details"] == whole["usage"]["completion_tokens_details"]
 
 
 def test_without_a_reasoning_parser_everything_is_content(client, fake_engine):

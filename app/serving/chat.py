@@ -146,7 +146,8 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
         message = AssistantMessage(content=parts.content, tool_calls=parts.tool_calls or UNSET)
         if reader.reasons:
             setattr(message, job.reasoning_field, parts.reasoning)
-            reasoning_tokens = (reasoning_tokens or 0) + (reader.reasoning_tokens(list(completion.token_ids)) or 0)
+            counted = reader.reasoning_tokens(list(completion.token_ids), parts.reasoning)
+            reasoning_tokens = (reasoning_tokens or 0) + (counted or 0)
         choices.append(ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion),
                                   finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
                                   stop_reason=completion.stop_reason))
@@ -192,7 +193,9 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                                                     logprobs=_logprobs(job, completion), finish_reason=finish))
             job.counts.completion_tokens = sum(generated.values())
             if plan.include_usage:
+                counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
+                reasoning = sum(c or 0 for c in counts) if counts else None
                 yield _encode(ChatCompletionChunk(**job.envelope, choices=[],
-                                                  usage=usage(job.choices, sum(generated.values()))))
+                                                  usage=usage(job.choices, sum(generated.values()), reasoning)))
 
     return await primed(chunks(aggregator.merge(job.choices)))

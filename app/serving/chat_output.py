@@ -69,5 +69,11 @@ class ChoiceOutput:
         self.called = self.called or bool(parts.tool_calls)
         return parts
 
-    def reasoning_tokens(self, token_ids: list[int]) -> int | None:
-        return self.parser.reasoning_tokens(token_ids) if self.parser is not None else None
+    def reasoning_tokens(self, token_ids: list[int], reasoning: str | None) -> int | None:
+        return self.parser.reasoning_tokens(token_ids, reasoning) if self.parser is not None else None
+
+    def streamed_reasoning_tokens(self) -> int | None:
+        """reasoning_tokens for what this choice streamed (its parser kept the ids and the reasoning)."""
+        if self.parser is None:
+            return None
+        return self.parser.reasoning_tokens(self.parser.ids, self.parser.sent.reasoning)

@@ -81,10 +81,21 @@ class ChoiceParser:
                     name=call.function.name, arguments=call.function.arguments)) for call in info.tool_calls]
         return Parsed(reasoning, content, calls)
 
-    def reasoning_tokens(self, token_ids: list[int]) -> int | None:
-        if self.reasoning_parser is None:
+    def reasoning_tokens(self, token_ids: list[int], reasoning: str | None) -> int | None:
+        """The tokens of the text this parser calls reasoning. vLLM's own count_reasoning_tokens
+        counts only tokens between both markers, and so says 0 where deepseek_r1 reads reasoning
+        before an end marker with no start marker."""
+        parser = self.reasoning_parser
+        if parser is None:
             return None
-        return self.reasoning_parser.count_reasoning_tokens(token_ids)
+        if not reasoning:
+            return 0
+        start, end = getattr(parser, "start_token_id", None), getattr(parser, "end_token_id", None)
+        if end is None:
+            return parser.count_reasoning_tokens(token_ids)
+        ids = list(token_ids)
+        before_end = ids[: ids.index(end)] if end in ids else ids
+        return sum(1 for token in before_end if token != start)
 
     def feed(self, delta: str, delta_ids: list[int]) -> Parsed:
         previous, previous_ids = self.text, self.ids

@@ -14,9 +14,11 @@ KEY = "sk-choir-test"
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    """A second server: the vllm profile, protected by an API key."""
+    """A second server: the vllm profile, protected by an API key, with vLLM's hermes tool parser and
+    deepseek_r1 reasoning parser."""
     server = start_server(tmp_path_factory.mktemp("vllm") / "server.log",
-                          env={"CHOIR_COMPAT": "vllm", "CHOIR_API_KEY": f"other-key,{KEY}"})
+                          env={"CHOIR_COMPAT": "vllm", "CHOIR_API_KEY": f"other-key,{KEY}",
+                               "CHOIR_TOOL_PARSER": "hermes", "CHOIR_REASONING_PARSER": "deepseek_r1"})
     yield server
     server.stop()
 
@@ -107,3 +109,24 @@ def test_a_wrong_or_missing_key_is_an_authentication_error(vllm_server, api_key)
 def test_health_stays_open_with_a_key(vllm_server):
     assert httpx.get(f"{vllm_server.base_url}/health").status_code == 200
     assert httpx.get(f"{vllm_server.base_url}/v1/models").status_code == 401
+
+
+def test_reasoning_parser_on_the_real_engine(vllm_client):
+    """deepseek_r1 reads text before `</think>` as reasoning; the tiny model never writes the marker,
+    so all of it is reasoning, in the vllm profile's `reasoning` field, streamed the same."""
+    kwargs = dict(model="choir-tiny", messages=MESSAGES, max_tokens=8, seed=9, extra_body={"ignore_eos": True})
+    chat = vllm_client.chat.completions.create(**kwargs)
+    message = chat.choices[0].message
+    assert message.reasoning and message.content is None
+    assert chat.usage.completion_tokens_details.reasoning_tokens == 8
+    streamed = "".join(getattr(chunk.choices[0].delta, "reasoning", None) or ""
+                       for chunk in vllm_client.chat.completions.create(stream=True, **kwargs))
+    assert streamed == message.reasoning
+
+
+def test_auto_tool_choice_with_a_tool_parser(vllm_client):
+    chat = vllm_client.chat.completions.create(
+        model="choir-tiny", messages=MESSAGES, max_tokens=8, tool_choice="auto",
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+    choice = chat.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls  # no call in random text
