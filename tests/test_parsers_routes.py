@@ -162,3 +162,16 @@ def test_tool_choice_none_does_not_parse_tool_calls(client, fake_engine):
     message = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"}).json()[
         "choices"][0]["message"]
     assert message["content"] == TEXT and "tool_calls" not in message
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call(client, fake_engine):
+    use_parsers(fake_engine, tool="hermes")
+    second = CALL.replace("Paris", "Rome")
+    fake_engine.script = script(*token_pieces(CALL + second))
+    body = {"messages": MESSAGES, "tools": TOOLS, "parallel_tool_calls": False}
+    whole, chunks = whole_and_streamed(client, body)
+    [call] = whole["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert list(assemble(chunks)["calls"]) == [0]
+    both = client.post(CHAT, json={**body, "parallel_tool_calls": True}).json()["choices"][0]["message"]
+    assert len(both["tool_calls"]) == 2

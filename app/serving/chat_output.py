@@ -32,6 +32,7 @@ def _join(a: str | None, b: str | None) -> str | None:
 
 class ChoiceOutput:
     def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any) -> None:
+        self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
         if self.reader is None and parsers is not None:
@@ -52,6 +53,8 @@ class ChoiceOutput:
             parts = MessageParts(parsed.content, parsed.reasoning, parsed.tool_calls)
         else:
             parts = MessageParts(content=text)
+        if self.single_call:
+            parts.tool_calls = parts.tool_calls[:1]
         self.called = bool(parts.tool_calls)
         return parts
 
@@ -66,6 +69,8 @@ class ChoiceOutput:
                 parts = parts.extend(MessageParts(rest.content, rest.reasoning, rest.tool_calls))
         else:
             parts = MessageParts(content=text or None)
+        if self.single_call:
+            parts.tool_calls = [call for call in parts.tool_calls if call.index == 0]
         self.called = self.called or bool(parts.tool_calls)
         return parts
 

@@ -36,6 +36,7 @@ class ToolPlan:
     function: str | None = None  # the named tool
     schema: dict[str, Any] | None = None  # constrains the output (required, named)
     template_tools: list[dict[str, Any]] | None = None  # what the chat template is shown
+    single_call: bool = False  # parallel_tool_calls: false (the schema enforces it for `required`)
 
     def reader(self) -> "NamedToolReader | RequiredToolReader | None":
         if self.kind == "named":
@@ -68,7 +69,7 @@ def plan_tools(request: ChatCompletionRequest, tool_parser: str | None) -> ToolP
     if tool_parser is None:
         raise bad_request("tool_choice `auto` needs a tool parser: start the server with CHOIR_TOOL_PARSER set "
                           "(e.g. hermes), or send tool_choice `required` or a named tool.", "tool_choice")
-    return ToolPlan("auto", template_tools=template_tools)
+    return ToolPlan("auto", template_tools=template_tools, single_call=request.parallel_tool_calls is False)
 
 
 def _calls_schema(parameters: dict[str, dict[str, Any]], parallel: bool | None) -> dict[str, Any]:
