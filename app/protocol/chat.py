@@ -26,6 +26,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list["ToolCall"] | None = None  # an assistant turn that called tools
 
 
 class FunctionDefinition(msgspec.Struct, kw_only=True):

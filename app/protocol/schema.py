@@ -13,9 +13,10 @@ from app.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCo
 from app.protocol.common import ErrorResponse
 from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
 from app.protocol.models import ModelList
+from app.protocol.responses import Response, ResponseEvent, ResponsesRequest
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
-              ChatCompletionChunk, ModelList, ErrorResponse]
+              ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

@@ -3,5 +3,6 @@
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.models import list_models, retrieve_model
+from app.routes.responses import create_response
 
-ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion]
+ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion, create_response]

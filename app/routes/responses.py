@@ -1,17 +1,27 @@
-"""A job's result as a Litestar response: JSON, or SSE whose events are the chunks then [DONE]."""
+from litestar import Request, Response
+from litestar.params import SkipValidation
 
-from collections.abc import AsyncIterator
-
-from litestar import Response
-from litestar.response import ServerSentEvent
-
-from app.routes.request_ids import HEADER
-from app.serving.streaming import sse_data
-
-
-def json_response(body: object, base_id: str) -> Response:
-    return Response(body, headers={HEADER: base_id})
+from app.protocol import parse_strict
+from app.protocol.responses import ResponsesRequest
+from app.routes.replies import event_stream_response, json_response
+from app.routes.request_ids import now, request_base_id
+from app.serving.responses import plan_response, respond, stream_response
+from plugins.aggregation import AggregatorDependency
+from plugins.engine.protocol import EngineDependency
+from plugins.fanout import FanOutDependency
+from plugins.spec import CompatDependency, operation
 
 
-def sse_response(chunks: AsyncIterator[bytes], base_id: str) -> ServerSentEvent:
-    return ServerSentEvent(sse_data(chunks), headers={HEADER: base_id})
+@operation("createResponse")
+async def create_response(data: SkipValidation[ResponsesRequest], request: Request, compat: CompatDependency,
+                          fan_out: FanOutDependency, engine: EngineDependency,
+                          aggregator: AggregatorDependency) -> Response:
+    compat.check_body(data)
+    data = parse_strict(data, ResponsesRequest)
+    base_id = request_base_id(request)
+    request.state.response_id = response_id = f"resp_{base_id}"
+    job, builder = await plan_response(engine, fan_out, compat, data, response_id, now())
+    request.state.tokens = job.counts
+    if data.stream:
+        return event_stream_response(await stream_response(aggregator, job, builder), base_id, builder.failed)
+    return json_response(await respond(aggregator, job, builder), base_id)

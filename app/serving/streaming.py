@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 
@@ -11,6 +12,7 @@ from app.protocol.common import StreamOptions
 
 log = structlog.get_logger("choir.stream")
 DONE = b"[DONE]"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +26,7 @@ class StreamPlan:
         return cls(include_usage=include, continuous_usage=include and bool(options and options.continuous_usage_stats))
 
 
-async def primed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def primed(chunks: AsyncIterator[T]) -> AsyncIterator[T]:
     """Wait for the first chunk, so that an invalid request fails with a real HTTP status
     instead of a 200 stream that carries the error."""
     try:
@@ -35,7 +37,7 @@ async def primed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         await chunks.aclose()
         raise
 
-    async def rest() -> AsyncIterator[bytes]:
+    async def rest() -> AsyncIterator[T]:
         try:
             if first is not None:
                 yield first

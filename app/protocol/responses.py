@@ -1,0 +1,180 @@
+"""/v1/responses wire types: the OpenAI Responses API, the part Choir serves (no stored state)."""
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from app.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat
+
+
+class InputText(msgspec.Struct, tag_field="type", tag="input_text"):
+    text: str
+
+
+class OutputTextInput(msgspec.Struct, tag_field="type", tag="output_text"):
+    """Assistant text from earlier turns, sent back as input."""
+
+    text: str
+
+
+class InputMessage(msgspec.Struct, kw_only=True):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputText | OutputTextInput]
+
+
+class FunctionCallInput(msgspec.Struct, kw_only=True):
+    """A call the model made in an earlier turn."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputInput(msgspec.Struct, kw_only=True):
+    """The result of such a call."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionTool(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionToolChoice(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    name: str
+
+
+class JsonSchemaTextFormat(msgspec.Struct, tag_field="type", tag="json_schema", kw_only=True):
+    """Responses put the schema's fields beside `type` (chat nests them under `json_schema`)."""
+
+    name: str = "response"
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+    def as_chat(self) -> JsonSchema:
+        return JsonSchema(name=self.name, schema=self.schema, strict=self.strict, description=self.description)
+
+
+class TextConfig(msgspec.Struct, kw_only=True):
+    format: TextFormat | JsonObjectFormat | JsonSchemaTextFormat | None = None
+
+
+class ResponsesRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    # A string, or a list of items: messages (with `type` "message" or none), function calls and outputs.
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    stream: bool = False
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=True):
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[Any] = []
+
+
+class OutputMessage(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class FunctionCallOutput(msgspec.Struct, tag_field="type", tag="function_call", kw_only=True):
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+OutputItem = OutputMessage | FunctionCallOutput
+
+
+class InputTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(msgspec.Struct):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = msgspec.field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = msgspec.field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class IncompleteDetails(msgspec.Struct):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseError(msgspec.Struct):
+    code: str
+    message: str
+
+
+class Response(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    model: str
+    output: list[OutputItem]
+    usage: ResponseUsage | None = None
+    incomplete_details: IncompleteDetails | None = None
+    error: ResponseError | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    parallel_tool_calls: bool = True
+    tool_choice: Any = "auto"
+    tools: list[FunctionTool] = []
+    store: bool = False
+    text: TextConfig | UnsetType = UNSET
+
+
+class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One streamed lifecycle event; `type` names it, and only the fields its type has are set."""
+
+    type: str
+    sequence_number: int
+    response: Response | UnsetType = UNSET
+    output_index: int | UnsetType = UNSET
+    item: OutputItem | UnsetType = UNSET
+    item_id: str | UnsetType = UNSET
+    content_index: int | UnsetType = UNSET
+    part: OutputText | UnsetType = UNSET
+    delta: str | UnsetType = UNSET
+    text: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+    logprobs: list[Any] | UnsetType = UNSET
