@@ -3,8 +3,8 @@ from litestar.params import SkipValidation
 
 from app.protocol import parse_strict
 from app.protocol.chat import ChatCompletionRequest
-from app.routes.request_ids import now, request_base_id
 from app.routes.replies import json_response, sse_response
+from app.routes.request_ids import now, request_base_id
 from app.serving.chat import complete_chat, plan_chat, stream_chat
 from plugins.aggregation import AggregatorDependency
 from plugins.engine.protocol import EngineDependency

@@ -1,0 +1,69 @@
+"""The Responses API on the real engine, through the OpenAI SDK's `responses` client and typed events."""
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+pytestmark = pytest.mark.engine
+
+
+def test_responses_create(client, model):
+    response = client.responses.create(model=model, input="Tell me a story.", instructions="Be brief.",
+                                       max_output_tokens=12, store=False)
+    assert response.id.startswith("resp_") and response.object == "response"
+    assert response.status in ("completed", "incomplete")
+    assert response.output_text and response.output[0].type == "message"
+    assert response.usage.output_tokens <= 12 and response.usage.input_tokens > 0
+
+
+SMALL = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 8}}, "required": ["word"],
+         "additionalProperties": False}
+
+
+def test_responses_stream_typed_events(client, model):
+    """The bundled model never stops by itself; a bounded JSON schema makes it complete."""
+    with client.responses.stream(model=model, input="Say a word.", max_output_tokens=200,
+                                 text={"format": {"type": "json_schema", "name": "w", "schema": SMALL}}) as stream:
+        events = list(stream)
+        final = stream.get_final_response()  # the SDK's helper needs response.completed
+    types = [event.type for event in events]
+    assert types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.completed"
+    jsonschema.validate(json.loads(final.output_text), SMALL)
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    [done] = [event for event in events if event.type == "response.output_text.done"]
+    assert deltas == done.text == final.output_text
+
+
+def test_responses_create_stream_true(client, model):
+    events = list(client.responses.create(model=model, input="Hi", max_output_tokens=4, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.incomplete_details.reason == \
+        "max_output_tokens"
+
+
+def test_responses_json_schema_text_format(client, model):
+    schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 16},
+                                               "stars": {"type": "integer", "minimum": 1, "maximum": 5}},
+              "required": ["title", "stars"], "additionalProperties": False}
+    response = client.responses.create(model=model, input="Rate a film.", max_output_tokens=200,
+                                       text={"format": {"type": "json_schema", "name": "rating", "schema": schema}})
+    jsonschema.validate(json.loads(response.output_text), schema)
+
+
+def test_responses_forced_function_call(client, model):
+    parameters = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
+                  "required": ["city"], "additionalProperties": False}
+    response = client.responses.create(model=model, input="Weather in Paris?", max_output_tokens=200,
+                                       tools=[{"type": "function", "name": "get_weather", "parameters": parameters}],
+                                       tool_choice={"type": "function", "name": "get_weather"})
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert call.name == "get_weather" and call.call_id
+    jsonschema.validate(json.loads(call.arguments), parameters)
+
+
+def test_responses_store_true_is_refused(client, model):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=model, input="x", store=True)
+    assert raised.value.body["param"] == "store"

@@ -1,0 +1,131 @@
+"""/v1/responses over a scripted fake engine: the request's translation and the event sequence."""
+
+import json
+
+import pytest
+
+from tests.sse import sse_payloads
+
+PATH = "/v1/responses"
+MESSAGE_EVENTS = ["response.created", "response.in_progress", "response.output_item.added",
+                  "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                  "response.content_part.done", "response.output_item.done"]
+
+
+def events_of(client, body):
+    response = client.post(PATH, json={**body, "stream": True})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    names = [line[len("event: "):] for line in response.text.replace("\r\n", "\n").split("\n")
+             if line.startswith("event: ")]
+    events = [json.loads(p) for p in sse_payloads(response.text)]
+    assert names == [e["type"] for e in events]  # every event is named by its type
+    return events
+
+
+def collapse(types):
+    """Runs of the same event type as one: the shape of the sequence."""
+    return [t for i, t in enumerate(types) if i == 0 or types[i - 1] != t]
+
+
+def test_plain_response(client, fake_engine):
+    body = client.post(PATH, json={"input": "hi", "instructions": "be brief", "max_output_tokens": 20},
+                       headers={"X-Request-Id": "r1"}).json()
+    assert body["id"] == "resp_r1" and body["object"] == "response" and body["status"] == "completed"
+    [item] = body["output"]
+    assert item["type"] == "message" and item["role"] == "assistant" and item["status"] == "completed"
+    assert item["content"] == [{"type": "output_text", "text": "Hello world!", "annotations": [], "logprobs": []}]
+    usage = body["usage"]
+    assert usage["output_tokens"] == 12 and usage["total_tokens"] == usage["input_tokens"] + 12
+    [call] = fake_engine.calls
+    assert call.request_id == "resp_r1" and call.params.max_tokens == 20
+    assert call.prompt.text.startswith("<system>be brief<user>hi")
+
+
+def test_input_items_become_the_conversation(client, fake_engine):
+    client.post(PATH, json={"input": [
+        {"role": "user", "content": "first"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "answer"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "second"}]}]})
+    assert fake_engine.calls[0].prompt.text == "<user>first<assistant>answer<user>second<assistant>"
+
+
+def test_event_sequence_and_numbers(client):
+    events = events_of(client, {"input": "hi"})
+    assert collapse([e["type"] for e in events]) == [*MESSAGE_EVENTS, "response.completed"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert deltas == done["text"] == "Hello world!"
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "Hello world!"
+    assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+
+
+def test_max_output_tokens_makes_it_incomplete(client, fake_engine):
+    fake_engine.script = lambda prompt, params: ["a", "b", "c", "d"]
+    body = client.post(PATH, json={"input": "hi", "max_output_tokens": 2}).json()
+    assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
+    events = events_of(client, {"input": "hi", "max_output_tokens": 2})
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_forced_function_call(client, fake_engine):
+    fake_engine.max_model_len = 2048
+    fake_engine.script = lambda prompt, params: ['{"city": ', '"Paris"}']
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    body = client.post(PATH, json={"input": "weather?", "tools": tools,
+                                   "tool_choice": {"type": "function", "name": "get_weather"}}).json()
+    calls = [item for item in body["output"] if item["type"] == "function_call"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert fake_engine.calls[0].params.structured_outputs.json == {"type": "object"}
+    events = events_of(client, {"input": "weather?", "tools": tools,
+                                "tool_choice": {"type": "function", "name": "get_weather"}})
+    assert collapse([e["type"] for e in events]) == [
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.output_item.done", "response.completed"]
+    arguments = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert json.loads(arguments) == {"city": "Paris"}
+
+
+def test_text_format_json_schema_reaches_the_engine(client, fake_engine):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    client.post(PATH, json={"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": schema}}})
+    assert fake_engine.calls[0].params.structured_outputs.json == schema
+
+
+def test_engine_failure_mid_stream_is_response_failed(client, fake_engine):
+    original = fake_engine.generate
+
+    async def generate(prompt, params, request_id):
+        async for output in original(prompt, params, request_id):
+            yield output
+            raise RuntimeError("engine broke")
+
+    fake_engine.generate = generate
+    events = events_of(client, {"input": "hi"})
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "failed"
+    assert events[-1]["response"]["error"]["message"]
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"input": "x", "store": True}, "store"),
+    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": []}, "input"),
+    ({"input": [{"type": "image", "url": "x"}]}, "input[0].type"),
+    ({"input": [{"role": "wizard", "content": "x"}]}, "input[0]"),
+    ({"input": "x", "model": "nope"}, "model"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}}, "response_format.json_schema.schema"),
+    ({"input": "x", "tool_choice": "required"}, "tool_choice"),
+])
+def test_invalid_requests_are_400(client, fake_engine, body, param):
+    response = client.post(PATH, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert fake_engine.calls == []
+
+
+def test_store_false_is_accepted(client):
+    assert client.post(PATH, json={"input": "x", "store": False}).status_code == 200
