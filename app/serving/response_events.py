@@ -27,6 +27,7 @@ from app.protocol.responses import (
 from app.serving.chat_output import MessageParts
 
 _encode = msgspec.json.encode
+Event = tuple[str, bytes]  # an SSE event's name (the event type) and its JSON data
 
 
 def _item_id(prefix: str) -> str:
@@ -71,18 +72,18 @@ class ResponseBuilder:
 
     # Streaming
 
-    def _event(self, type: str, **fields: Any) -> tuple[str, bytes]:
+    def _event(self, type: str, **fields: Any) -> Event:
         """An SSE event: its name (the event's type) and its JSON data."""
         event = ResponseEvent(type=type, sequence_number=self.sequence, **fields)
         self.sequence += 1
         return type, _encode(event)
 
-    def start(self) -> list[tuple[str, bytes]]:
+    def start(self) -> list[Event]:
         return [self._event("response.created", response=self.response("in_progress")),
                 self._event("response.in_progress", response=self.response("in_progress"))]
 
-    def add(self, parts: MessageParts) -> list[tuple[str, bytes]]:
-        events: list[tuple[str, bytes]] = []
+    def add(self, parts: MessageParts) -> list[Event]:
+        events: list[Event] = []
         if parts.content:
             if self.text is None:
                 events += self._open_text()
@@ -94,7 +95,7 @@ class ResponseBuilder:
             events += self._add_call(call)
         return events
 
-    def finish(self, finish_reason: str | None, output_tokens: int, reasoning_tokens: int | None) -> list[tuple[str, bytes]]:
+    def finish(self, finish_reason: str | None, output_tokens: int, reasoning_tokens: int | None) -> list[Event]:
         status = "incomplete" if finish_reason == "length" else "completed"
         events = self._close_text(status)
         for call in self.calls.values():
@@ -105,14 +106,14 @@ class ResponseBuilder:
         return [*events, self._event(kind, response=self._closing_response(status, output_tokens,
                                                                             reasoning_tokens))]
 
-    def failed(self, error: Exception) -> tuple[str, bytes]:
+    def failed(self, error: Exception) -> Event:
         return self._event("response.failed", response=self.response(
             "failed", error=ResponseError(code="server_error", message=str(error))))
 
     def _index(self, item: Any) -> int:
         return self.output.index(item)
 
-    def _open_text(self) -> list[tuple[str, bytes]]:
+    def _open_text(self) -> list[Event]:
         self.text = OutputMessage(id=_item_id("msg"), status="in_progress", content=[])
         self.output.append(self.text)
         added = self._event("response.output_item.added", output_index=self._index(self.text), item=self.text)
@@ -121,7 +122,7 @@ class ResponseBuilder:
                            content_index=0, part=OutputText(text=""))
         return [added, part]
 
-    def _close_text(self, status: str) -> list[tuple[str, bytes]]:
+    def _close_text(self, status: str) -> list[Event]:
         item, self.text = self.text, None
         if item is None:
             return []
@@ -133,8 +134,8 @@ class ResponseBuilder:
                             part=part),
                 self._event("response.output_item.done", output_index=index, item=item)]
 
-    def _add_call(self, call: Any) -> list[tuple[str, bytes]]:
-        events: list[tuple[str, bytes]] = []
+    def _add_call(self, call: Any) -> list[Event]:
+        events: list[Event] = []
         item = self.calls.get(call.index)
         if item is None:
             events += self._close_text("completed")  # a call after text ends the text
@@ -151,7 +152,7 @@ class ResponseBuilder:
                                       output_index=self._index(item), delta=arguments))
         return events
 
-    def _close_call(self, item: FunctionCallOutput) -> list[tuple[str, bytes]]:
+    def _close_call(self, item: FunctionCallOutput) -> list[Event]:
         item.status = "completed"
         index = self._index(item)
         return [self._event("response.function_call_arguments.done", item_id=item.id, output_index=index,
