@@ -23,7 +23,8 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        return f"{self.endpoint} n={self.n} {'stream' if self.stream else 'whole'} {self.max_tokens}tok c={self.concurrency}"
+        mode = "stream" if self.stream else "whole"
+        return f"{self.endpoint} n={self.n} {mode} {self.max_tokens}tok c={self.concurrency}"
 
     def body(self, seed: int) -> dict:
         body = {"model": "choir-tiny", "max_tokens": self.max_tokens, "n": self.n, "seed": seed, "ignore_eos": True,
