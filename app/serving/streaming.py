@@ -1,7 +1,7 @@
 """What streaming responses share: usage options, priming, and SSE framing with in-stream errors."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -11,7 +11,7 @@ from app.errors import error_json
 from app.protocol.common import StreamOptions
 
 log = structlog.get_logger("choir.stream")
-DONE = b"[DONE]"
+DONE_FRAME = b"data: [DONE]\n\n"
 T = TypeVar("T")
 
 
@@ -49,16 +49,39 @@ async def primed(chunks: AsyncIterator[T]) -> AsyncIterator[T]:
     return rest()
 
 
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The data of each SSE event: the chunks, one error event if the stream fails, then [DONE]."""
+async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk framed as an SSE event (`data: <json>\\n\\n`), one error event if the stream fails,
+    then `data: [DONE]`. Framed here in one concatenation per chunk: JSON has no raw newline, so no
+    event needs splitting into lines."""
     try:
         async for chunk in chunks:
-            yield chunk
+            yield b"data: " + chunk + b"\n\n"
     except (asyncio.CancelledError, GeneratorExit):
         raise
     except Exception as exc:
         log.warning("stream failed", error=str(exc))
-        yield error_json(exc)
+        yield b"data: " + error_json(exc) + b"\n\n"
     finally:
         await chunks.aclose()
-    yield DONE
+    yield DONE_FRAME
+
+
+def named_frames(events: AsyncIterator[tuple[str, bytes]],
+                 on_error: Callable[[Exception], tuple[str, bytes]]) -> AsyncIterator[bytes]:
+    """Named SSE events (`event: <type>` then `data: <json>`), as the Responses API streams them;
+    no [DONE]. A failure after the stream started becomes its last event, from `on_error`."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            async for name, data in events:
+                yield b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as exc:
+            log.warning("stream failed", error=str(exc))
+            name, data = on_error(exc)
+            yield b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+        finally:
+            await events.aclose()
+
+    return frames()
