@@ -14,6 +14,7 @@ from plugins.auth import AuthConfig, AuthPlugin
 from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin
 from plugins.fanout import FanOut, FanOutPlugin
+from plugins.metrics import MetricsPlugin
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
 
 
@@ -35,7 +36,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs)),
-                 FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), SpecPlugin(spec)],
+                 FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), MetricsPlugin(),
+                 SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         middleware=[RequestLogMiddleware()],

@@ -16,6 +16,7 @@ from litestar.plugins import InitPlugin
 from app.errors import bad_request
 from app.protocol.common import INT64_MAX
 from plugins.engine.protocol import Prompt
+from plugins.metrics import FANOUT_CHILDREN
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class FanOut:
     def choices(self, requests: list[PromptRequest], n: int) -> list[Choice]:
         if n == 1:
             return [Choice(r.prompt_index, r.prompt_index, r.prompt, r.params, r.request_id) for r in requests]
+        FANOUT_CHILDREN.inc(n * len(requests))
         return [
             Choice(r.prompt_index * n + i, r.prompt_index, r.prompt, _child_params(r.params, i), f"{i}_{r.request_id}")
             for r in requests

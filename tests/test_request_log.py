@@ -30,3 +30,29 @@ def test_errors_are_logged_with_their_status(client):
         client.post("/v1/completions", json={"prompt": "x", "temperature": 9})
     [line] = request_lines(logs)
     assert line["status"] == 400
+
+
+def test_metrics_count_requests_fanout_and_streams(client, fake_engine):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples():
+        text = client.get("/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = samples()
+    client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "n": 3,
+                                              "stream": True})
+    client.post("/v1/completions", json={"prompt": "x", "temperature": 9})
+    after = samples()
+
+    def delta(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert delta("choir_requests_total", route="createChatCompletion", method="POST", status="200") == 1
+    assert delta("choir_requests_total", route="createCompletion", method="POST", status="400") == 1
+    assert delta("choir_fanout_children_total") == 3
+    assert delta("choir_time_to_first_chunk_seconds_count", route="createChatCompletion") == 1
+    assert delta("choir_request_duration_seconds_count", route="createCompletion") == 1
+    assert client.get("/metrics").headers["content-type"].startswith("text/plain")

@@ -9,6 +9,7 @@ import structlog
 
 from app.errors import error_json
 from app.protocol.common import StreamOptions
+from plugins.metrics import STREAM_DISCONNECTS
 
 log = structlog.get_logger("choir.stream")
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -57,6 +58,7 @@ async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         async for chunk in chunks:
             yield b"data: " + chunk + b"\n\n"
     except (asyncio.CancelledError, GeneratorExit):
+        STREAM_DISCONNECTS.inc()  # closed or cancelled mid-stream: the client went away
         raise
     except Exception as exc:
         log.warning("stream failed", error=str(exc))
@@ -76,6 +78,7 @@ def named_frames(events: AsyncIterator[tuple[str, bytes]],
             async for name, data in events:
                 yield b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
         except (asyncio.CancelledError, GeneratorExit):
+            STREAM_DISCONNECTS.inc()
             raise
         except Exception as exc:
             log.warning("stream failed", error=str(exc))

@@ -167,3 +167,13 @@ def test_unknown_route_and_method(server):
 
 def test_server_still_serves_after_errors(client, model):
     assert client.completions.create(model=model, prompt="still here", max_tokens=2).choices[0].text is not None
+
+
+def test_metrics_expose_vllms_engine_metrics_and_choirs(server, client, model):
+    client.completions.create(model=model, prompt="count me", max_tokens=2)
+    text = httpx.get(f"{server.base_url}/metrics").text
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+                 'choir_requests_total{method="POST",route="createCompletion",status="200"}',
+                 "choir_request_duration_seconds_bucket"):
+        assert name in text, name

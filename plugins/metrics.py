@@ -1,0 +1,67 @@
+"""GET /metrics in Prometheus text format: vLLM's own engine metrics (vllm:num_requests_running,
+vllm:num_requests_waiting, KV-cache usage, token counters: AsyncLLM registers them in this process)
+and Choir's: requests by route and status, fan-out children, stream disconnects, and end-to-end
+latency and time-to-first-chunk histograms. Open like /health."""
+
+import time
+
+from litestar import Response
+from litestar.config.app import AppConfig
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+from litestar.plugins import InitPlugin
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+
+from plugins.spec import operation
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+REQUESTS = Counter("choir_requests", "HTTP requests answered, by operation", ["route", "method", "status"])
+LATENCY = Histogram("choir_request_duration_seconds", "From request to the last response byte", ["route"],
+                    buckets=LATENCY_BUCKETS)
+TIME_TO_FIRST_CHUNK = Histogram("choir_time_to_first_chunk_seconds",
+                                "Streams: from request to the first event sent", ["route"], buckets=LATENCY_BUCKETS)
+FANOUT_CHILDREN = Counter("choir_fanout_children", "Child engine requests made by fan-out (n > 1)")
+STREAM_DISCONNECTS = Counter("choir_stream_disconnects", "Streams the client left before they ended")
+
+
+@operation("metrics")
+async def metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+class MetricsMiddleware(ASGIMiddleware):
+    scopes = (ScopeType.HTTP,)
+    exclude_path_pattern = "^/metrics$"
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        started = time.perf_counter()
+        route = scope["route_handler"].operation_id or scope["path"]  # the spec's operationId: few labels
+        status, streaming, first_chunk = 500, False, True
+
+        async def send_and_measure(message: Message) -> None:
+            nonlocal status, streaming, first_chunk
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                                for k, v in message.get("headers", []))
+            elif message["type"] == "http.response.body" and streaming and first_chunk and message.get("body"):
+                first_chunk = False
+                TIME_TO_FIRST_CHUNK.labels(route).observe(time.perf_counter() - started)
+            await send(message)
+
+        try:
+            await next_app(scope, receive, send_and_measure)
+        finally:
+            REQUESTS.labels(route, scope["method"], str(status)).inc()
+            LATENCY.labels(route).observe(time.perf_counter() - started)
+
+
+class MetricsPlugin(InitPlugin):
+    __slots__ = ()
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.route_handlers.append(metrics)
+        app_config.middleware.append(MetricsMiddleware())
+        return app_config
