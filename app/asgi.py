@@ -36,11 +36,11 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs)),
-                 FanOutPlugin(FanOut(settings.max_n)), EnginePlugin(engine), AggregationPlugin(), MetricsPlugin(),
-                 SpecPlugin(spec)],
+                 FanOutPlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices)),
+                 EnginePlugin(engine), AggregationPlugin(), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         middleware=[RequestLogMiddleware()],
         openapi_config=openapi_config(load_spec(spec.spec_dir)),
-        request_max_body_size=16 * 1024 * 1024,
+        request_max_body_size=settings.max_body_bytes,
     )

@@ -94,6 +94,8 @@ def _http_error(exc: HTTPException) -> APIError:
         return APIError(404, f"{exc.detail}. See GET /schema for the routes this server has.")
     if status == 405:
         return APIError(405, f"{exc.detail}. See GET /schema for the methods each route accepts.")
+    if status == 413:
+        return APIError(413, "The request body is larger than this server accepts (CHOIR_MAX_BODY_BYTES).")
     return APIError(status, str(exc.detail))
 
 

@@ -29,6 +29,9 @@ class Settings:
     served_model_name: str = BUNDLED_MODEL_NAME
     engine_args: tuple[str, ...] = ()
     max_n: int = 128
+    max_prompts: int = 1024
+    max_choices: int = 1024
+    max_body_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
     compat: str = "sglang"
     api_keys: tuple[str, ...] = ()
@@ -81,6 +84,9 @@ class Settings:
             served_model_name=served_model_name,
             engine_args=engine_args,
             max_n=_positive_int(env, "CHOIR_MAX_N", 128),
+            max_prompts=_positive_int(env, "CHOIR_MAX_PROMPTS", 1024),
+            max_choices=_positive_int(env, "CHOIR_MAX_CHOICES", 1024),
+            max_body_bytes=_positive_int(env, "CHOIR_MAX_BODY_BYTES", 16 * 1024 * 1024),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",
             api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),

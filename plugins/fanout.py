@@ -42,13 +42,23 @@ class Choice:
 
 @dataclass(frozen=True)
 class FanOut:
-    max_n: int = 128
+    max_n: int = 128  # CHOIR_MAX_N
+    max_prompts: int = 1024  # CHOIR_MAX_PROMPTS
+    max_choices: int = 1024  # CHOIR_MAX_CHOICES: n × prompts, the engine requests one request may make
 
     def check(self, n: int, seed: int | None) -> None:
         if n > self.max_n:
-            raise bad_request(f"n must be at most {self.max_n}, got {n}.", "n")
+            raise bad_request(f"n must be at most {self.max_n} (CHOIR_MAX_N), got {n}.", "n")
         if seed is not None and seed + n - 1 > INT64_MAX:
             raise bad_request("`seed + n - 1` must fit in a signed 64-bit integer.", "seed")
+
+    def check_prompts(self, prompts: int, n: int) -> None:
+        if prompts > self.max_prompts:
+            raise bad_request(f"At most {self.max_prompts} prompts (CHOIR_MAX_PROMPTS) per request, got {prompts}.",
+                              "prompt")
+        if prompts * n > self.max_choices:
+            raise bad_request(f"n × prompts must be at most {self.max_choices} (CHOIR_MAX_CHOICES), got "
+                              f"{n} × {prompts} = {n * prompts}.", "n")
 
     def choices(self, requests: list[PromptRequest], n: int) -> list[Choice]:
         if n == 1:

@@ -36,7 +36,9 @@ async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationComp
     requested = 16 if request.max_tokens is None else request.max_tokens
     if requested == 0 and not request.echo:
         raise bad_request("max_tokens must be at least 1 (0 is allowed only with echo).", "max_tokens")
-    prompts = await engine.render_completion(completion_prompts(request.prompt), detokenize=request.echo)
+    raw_prompts = completion_prompts(request.prompt)
+    fan_out.check_prompts(len(raw_prompts), request.n)
+    prompts = await engine.render_completion(raw_prompts, detokenize=request.echo)
     requests = []
     for index, prompt in enumerate(prompts):
         check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "prompt")
