@@ -1,0 +1,54 @@
+"""Kill the EngineCore under load: in-flight streams end with one error event and [DONE], /health turns
+503, new requests get 503 in the OpenAI error shape, nothing hangs; SIGTERM then stops the server."""
+
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from tests.integration.server import start_server
+from tests.sse import sse_json
+
+pytestmark = pytest.mark.engine
+
+
+def test_engine_death_ends_every_request_cleanly(tmp_path):
+    server = start_server(tmp_path / "server.log")
+    try:
+        [engine_core] = [p for p in server.descendants() if "EngineCore" in " ".join(p.cmdline()) or
+                         p.name().startswith("VLLM::EngineCor")]
+        results: list[httpx.Response] = []
+
+        def stream() -> None:
+            results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
+                "prompt": "long story", "n": 2, "max_tokens": 1500, "ignore_eos": True, "stream": True}))
+
+        threads = [threading.Thread(target=stream) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] < 6:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        engine_core.kill()
+        for thread in threads:
+            thread.join(60)
+            assert not thread.is_alive()  # no stream hangs
+        for response in results:
+            events, done = sse_json(response.text)
+            assert done == 1 and "error" in events[-1] and events[-1]["error"]["code"] == 503
+
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{server.base_url}/health").status_code != 503:
+            assert time.monotonic() < deadline, "health did not turn 503"
+            time.sleep(0.1)
+        for body in ({"prompt": "x", "max_tokens": 2}, {"prompt": "x", "max_tokens": 2, "stream": True}):
+            response = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=30)
+            assert response.status_code == 503
+            assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    finally:
+        code = server.stop()  # asserts that no process is left behind
+    assert code is not None
+    assert not psutil.pid_exists(engine_core.pid) or psutil.Process(engine_core.pid).status() == "zombie"
