@@ -17,15 +17,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
-
 from app.settings import Settings
 from benchmarks.load import Scenario, run_scenario
-from tests.integration.server import ROOT, free_port
+from tests.integration.server import ROOT, free_port, wait_until_healthy
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -67,18 +64,12 @@ def start(name: str, log: Path) -> Server:
                    "--port", str(port), "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     server = Server(name, process, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{name} exited while starting; see {log}")
-        try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"{name} did not start; see {log}")
+    try:
+        wait_until_healthy(process, server.base_url)
+    except RuntimeError as exc:
+        process.kill()
+        raise RuntimeError(f"{name}: {exc}; see {log}") from None
+    return server
 
 
 def stop(server: Server) -> None:

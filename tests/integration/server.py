@@ -62,15 +62,25 @@ def start_server(log_path: Path, env: dict[str, str] | None = None) -> Server:
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
     )
     server = Server(process, f"http://127.0.0.1:{port}", log_path)
-    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        wait_until_healthy(process, server.base_url)
+    except RuntimeError as exc:
+        if process.poll() is None:
+            server.stop()
+        raise RuntimeError(f"{exc}:\n{server.log()[-4000:]}") from None
+    return server
+
+
+def wait_until_healthy(process: subprocess.Popen, base_url: str, timeout: float = START_TIMEOUT) -> None:
+    """Until GET /health answers 200; RuntimeError if the process exits or time runs out first."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"Choir exited with {process.returncode} while starting:\n{server.log()[-4000:]}")
+            raise RuntimeError(f"the server exited with {process.returncode} while starting")
         try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
-                return server
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    server.stop()
-    raise RuntimeError(f"Choir did not become healthy in {START_TIMEOUT}s:\n{server.log()[-4000:]}")
+    raise RuntimeError(f"the server did not become healthy in {timeout:.0f}s")
