@@ -32,6 +32,7 @@ class Settings:
     max_prompts: int = 1024
     max_choices: int = 1024
     max_body_bytes: int = 16 * 1024 * 1024
+    drain_seconds: int = 30
     log_level: str = "info"
     compat: str = "sglang"
     api_keys: tuple[str, ...] = ()
@@ -87,6 +88,7 @@ class Settings:
             max_prompts=_positive_int(env, "CHOIR_MAX_PROMPTS", 1024),
             max_choices=_positive_int(env, "CHOIR_MAX_CHOICES", 1024),
             max_body_bytes=_positive_int(env, "CHOIR_MAX_BODY_BYTES", 16 * 1024 * 1024),
+            drain_seconds=_positive_int(env, "CHOIR_DRAIN_SECONDS", 30),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",
             api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),

@@ -18,11 +18,20 @@ from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
 from msgspec import UNSET
 
+from app.errors import APIError
 from app.protocol.common import CompletionTokensDetails, Usage
 from plugins.engine.protocol import Engine, EngineDependency
 from plugins.fanout import Choice
 
 _DONE = object()
+
+
+def _check_not_aborted(output: Any) -> Any:
+    """An output the engine aborted on its own (Choir aborts what it cancels, and never reads on):
+    the server is draining for shutdown. Said as an error, not as a normal finish."""
+    if output is not None and output.finished and any(o.finish_reason == "abort" for o in output.outputs):
+        raise APIError(503, "The server stopped this request: it is shutting down. Retry on another instance.")
+    return output
 
 
 class Aggregator:
@@ -36,7 +45,7 @@ class Aggregator:
             last = None
             async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
                 last = output
-            return last
+            return _check_not_aborted(last)
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -51,7 +60,7 @@ class Aggregator:
             # aclosing: closing this stream must close (and so abort) the engine request now, not at GC.
             async with aclosing(self.engine.generate(choice.prompt, choice.params, choice.request_id)) as outputs:
                 async for output in outputs:
-                    yield choice, output
+                    yield choice, _check_not_aborted(output)
             return
 
         queue: asyncio.Queue[tuple[Choice | None, Any]] = asyncio.Queue()
@@ -59,7 +68,7 @@ class Aggregator:
         async def pump(choice: Choice) -> None:
             try:
                 async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
-                    queue.put_nowait((choice, output))
+                    queue.put_nowait((choice, _check_not_aborted(output)))
                 queue.put_nowait((choice, _DONE))
             except asyncio.CancelledError:
                 raise

@@ -108,6 +108,10 @@ class FakeEngine:
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
 
+    async def abort_all(self) -> int:
+        self.aborted.extend(self.running)
+        return len(self.running)
+
     def num_unfinished_requests(self) -> int:
         return len(self.running)
 

@@ -1,10 +1,14 @@
 """The engine plugin's config: it owns the engine's lifespan, its state key and its provider."""
 
+import asyncio
 import os
+import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from litestar import Litestar
@@ -21,6 +25,49 @@ def _vllm_engine(settings: Settings) -> AbstractAsyncContextManager[Engine]:
     from plugins.engine.vllm_engine import start_vllm_engine  # lazy: vLLM imports torch
 
     return start_vllm_engine(settings)
+
+
+class ShutdownDrain:
+    """On SIGTERM/SIGINT the server stops accepting and lets in-flight requests finish, for at most
+    `seconds` (CHOIR_DRAIN_SECONDS); then the engine aborts what is left, and each of those requests
+    ends with an error (an error event then [DONE] for a stream), so the server can exit."""
+
+    def __init__(self, engine: Engine, seconds: float) -> None:
+        self.engine, self.seconds = engine, seconds
+        self.previous: dict[int, Any] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals belong to the main thread (an in-process test client runs elsewhere)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = self.previous[sig] = signal.getsignal(sig)
+
+            def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+                loop.call_soon_threadsafe(self._start)
+                if callable(previous):
+                    previous(signum, frame)  # uvicorn's own: stop accepting, wait for connections
+
+            signal.signal(sig, handler)
+
+    def uninstall(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+    def _start(self) -> None:
+        if self.timer is None:
+            log.info("draining", seconds=self.seconds, in_flight=self.engine.num_unfinished_requests())
+            self.timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
+
+    def _expire(self) -> None:
+        async def abort() -> None:
+            aborted = await self.engine.abort_all()
+            log.warning("drain timeout: aborted the requests still running", aborted=aborted)
+
+        self._task = asyncio.ensure_future(abort())
 
 
 @dataclass
@@ -41,9 +88,12 @@ class EngineConfig:
             print(f"choir: {exc}", file=sys.stderr, flush=True)
             os._exit(2)
         app.state[self.state_key] = engine
+        drain = ShutdownDrain(engine, self.settings.drain_seconds)
+        drain.install()
         try:
             yield
         finally:
+            drain.uninstall()
             app.state.pop(self.state_key, None)
             await context.__aexit__(*sys.exc_info())
 

@@ -101,6 +101,12 @@ class VllmEngine:
     async def abort(self, request_id: str) -> None:
         await self._engine.abort(request_id)
 
+    async def abort_all(self) -> int:
+        request_ids = list(self._engine.output_processor.external_req_ids)
+        if request_ids:
+            await self._engine.abort(request_ids)
+        return len(request_ids)
+
     def num_unfinished_requests(self) -> int:
         return self._engine.get_num_unfinished_requests()
 
