@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
     return Litestar(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
-        plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs)),
+        plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
                  FanOutPlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices)),
                  EnginePlugin(engine), AggregationPlugin(), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,

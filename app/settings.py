@@ -37,6 +37,7 @@ class Settings:
     compat: str = "sglang"
     api_keys: tuple[str, ...] = ()
     protect_docs: bool = False
+    protect_metrics: bool = False
     tool_parser: str | None = None
     reasoning_parser: str | None = None
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -93,6 +94,7 @@ class Settings:
             compat=env.get("CHOIR_COMPAT") or "sglang",
             api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),
             protect_docs=_boolean(env, "CHOIR_PROTECT_DOCS", False),
+            protect_metrics=_boolean(env, "CHOIR_PROTECT_METRICS", False),
             tool_parser=env.get("CHOIR_TOOL_PARSER") or None,
             reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
             environ=env,

@@ -23,16 +23,18 @@ from app.errors import APIError
 
 PROTECTED = ("/v1",)
 DOCS = ("/schema",)
+METRICS = ("/metrics",)
 
 
 @dataclass(frozen=True)
 class AuthConfig:
     api_keys: tuple[str, ...]
     protect_docs: bool = False
+    protect_metrics: bool = False
 
     @property
     def prefixes(self) -> tuple[str, ...]:
-        return PROTECTED + (DOCS if self.protect_docs else ())
+        return PROTECTED + (DOCS if self.protect_docs else ()) + (METRICS if self.protect_metrics else ())
 
     def protects(self, path: str) -> bool:
         return any(path == prefix or path.startswith(prefix + "/") for prefix in self.prefixes)

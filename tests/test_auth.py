@@ -58,7 +58,7 @@ def test_with_a_key_the_route_errors_come_back(client):
     assert client.delete("/v1/models", headers=headers).status_code == 405
 
 
-@pytest.mark.parametrize("path", ["/health", "/version", "/schema", "/schema/openapi.json",
+@pytest.mark.parametrize("path", ["/health", "/version", "/metrics", "/schema", "/schema/openapi.json",
                                   "/schema/assets/swagger-ui.css"])
 def test_health_version_and_docs_stay_open(client, path):
     assert client.get(path).status_code == 200
@@ -70,6 +70,12 @@ def test_a_setting_closes_the_docs_too():
         assert_401(client.get("/schema/openapi.json"))
         assert client.get("/schema", headers={"Authorization": "Bearer first-key"}).status_code == 200
         assert client.get("/health").status_code == 200
+
+
+def test_a_setting_protects_the_metrics():
+    with make_client(protect_metrics=True) as client:
+        assert_401(client.get("/metrics"))
+        assert client.get("/metrics", headers={"Authorization": "Bearer second-key"}).status_code == 200
 
 
 def test_without_keys_everything_is_open():
