@@ -40,6 +40,7 @@ class Settings:
     protect_metrics: bool = False
     tool_parser: str | None = None
     reasoning_parser: str | None = None
+    # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -118,7 +118,9 @@ def _prompt(engine_input: dict[str, Any]) -> Prompt:
 
 @asynccontextmanager
 async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
-    for key, value in ENGINE_ENVIRONMENT.items():
+    # vLLM reads its settings from the environment: Choir's defaults, under what .env says.
+    from_settings = {key: value for key, value in settings.environ.items() if key.startswith("VLLM_")}
+    for key, value in {**ENGINE_ENVIRONMENT, **from_settings}.items():
         os.environ.setdefault(key, value)
     import vllm
     from vllm.platforms import current_platform

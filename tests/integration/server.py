@@ -37,6 +37,13 @@ class Server:
         except psutil.NoSuchProcess:
             return []
 
+    def wait_for_unfinished(self, count: int, timeout: float = 30) -> None:
+        """Until the engine has at least `count` unfinished requests."""
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{self.base_url}/health").json()["unfinished_requests"] < count:
+            assert time.monotonic() < deadline, f"fewer than {count} requests reached the engine"
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 60) -> int:
         children = self.descendants()
         self.process.send_signal(signal.SIGTERM)

@@ -28,10 +28,7 @@ def test_engine_death_ends_every_request_cleanly(tmp_path):
         threads = [threading.Thread(target=stream) for _ in range(3)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 30
-        while httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] < 6:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        server.wait_for_unfinished(6)
         engine_core.kill()
         for thread in threads:
             thread.join(60)

@@ -27,10 +27,7 @@ def test_sigterm_drains_then_stops_what_is_left(tmp_path):
     try:
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 30
-        while httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] < 6:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        server.wait_for_unfinished(6)
         signaled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         for thread in threads:
