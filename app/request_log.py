@@ -8,6 +8,8 @@ from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from plugins.metrics import record_request
+
 log = structlog.get_logger("choir.request")
 
 
@@ -28,22 +30,33 @@ def configure_logging(level: str) -> None:
 
 
 class RequestLogMiddleware(ASGIMiddleware):
+    """Watches each request once: one log line, and its metrics (plugins/metrics.py). One wrapper
+    around `send` for both, since a stream passes every chunk through it."""
+
     scopes = (ScopeType.HTTP,)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         started = time.perf_counter()
         state = scope.setdefault("state", {})  # handlers record ids and token counts here
-        status = 500
+        status, first_chunk_at, streaming = 500, None, False
 
         async def send_and_watch(message: Message) -> None:
-            nonlocal status
+            nonlocal status, first_chunk_at, streaming
             if message["type"] == "http.response.start":
                 status = message["status"]
+                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                                for k, v in message.get("headers", ()))
+            elif streaming and first_chunk_at is None and message.get("body"):
+                first_chunk_at = time.perf_counter()
             await send(message)
 
         try:
             await next_app(scope, receive, send_and_watch)
         finally:
+            latency = time.perf_counter() - started
+            handler = scope.get("route_handler")
+            record_request(getattr(handler, "operation_id", None) or scope["path"], scope["method"], status, latency,
+                           None if first_chunk_at is None else first_chunk_at - started)
             tokens = state.get("tokens")
             log.info(
                 "request",
@@ -51,7 +64,7 @@ class RequestLogMiddleware(ASGIMiddleware):
                 path=scope["path"],
                 status=status,
                 request_id=state.get("response_id"),
-                latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                latency_ms=round(latency * 1000, 2),
                 prompt_tokens=tokens and tokens.prompt_tokens,
                 completion_tokens=tokens and tokens.completion_tokens,
             )

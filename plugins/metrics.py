@@ -3,14 +3,9 @@ vllm:num_requests_waiting, KV-cache usage, token counters: AsyncLLM registers th
 and Choir's: requests by route and status, fan-out children, stream disconnects, and end-to-end
 latency and time-to-first-chunk histograms. Open like /health."""
 
-import time
-
 from litestar import Response
 from litestar.config.app import AppConfig
-from litestar.enums import ScopeType
-from litestar.middleware import ASGIMiddleware
 from litestar.plugins import InitPlugin
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 
 from plugins.spec import operation
@@ -31,31 +26,12 @@ async def metrics() -> Response:
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-class MetricsMiddleware(ASGIMiddleware):
-    scopes = (ScopeType.HTTP,)
-    exclude_path_pattern = "^/metrics$"
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        started = time.perf_counter()
-        route = scope["route_handler"].operation_id or scope["path"]  # the spec's operationId: few labels
-        status, streaming, first_chunk = 500, False, True
-
-        async def send_and_measure(message: Message) -> None:
-            nonlocal status, streaming, first_chunk
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
-                                for k, v in message.get("headers", []))
-            elif message["type"] == "http.response.body" and streaming and first_chunk and message.get("body"):
-                first_chunk = False
-                TIME_TO_FIRST_CHUNK.labels(route).observe(time.perf_counter() - started)
-            await send(message)
-
-        try:
-            await next_app(scope, receive, send_and_measure)
-        finally:
-            REQUESTS.labels(route, scope["method"], str(status)).inc()
-            LATENCY.labels(route).observe(time.perf_counter() - started)
+def record_request(route: str, method: str, status: int, latency: float, first_chunk: float | None) -> None:
+    """Called once per request by app/request_log.py's middleware, which watches every request."""
+    REQUESTS.labels(route, method, str(status)).inc()
+    LATENCY.labels(route).observe(latency)
+    if first_chunk is not None:
+        TIME_TO_FIRST_CHUNK.labels(route).observe(first_chunk)
 
 
 class MetricsPlugin(InitPlugin):
@@ -63,5 +39,4 @@ class MetricsPlugin(InitPlugin):
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.route_handlers.append(metrics)
-        app_config.middleware.append(MetricsMiddleware())
         return app_config
