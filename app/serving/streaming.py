@@ -3,7 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -50,41 +50,41 @@ async def primed(chunks: AsyncIterator[T]) -> AsyncIterator[T]:
     return rest()
 
 
-async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Each chunk framed as an SSE event (`data: <json>\\n\\n`), one error event if the stream fails,
-    then `data: [DONE]`. Framed here in one concatenation per chunk: JSON has no raw newline, so no
-    event needs splitting into lines."""
+async def _framed(items: AsyncIterator[Any], frame: Callable[[Any], bytes], error_frame: Callable[[Exception], bytes],
+                  last: bytes = b"") -> AsyncIterator[bytes]:
+    """`frame(item)` for each item, `error_frame(exc)` if the stream fails after it started, then `last`.
+    Leaving early (the client went away) closes `items`, which aborts what they read from."""
     try:
-        async for chunk in chunks:
-            yield b"data: " + chunk + b"\n\n"
+        async for item in items:
+            yield frame(item)
     except (asyncio.CancelledError, GeneratorExit):
         STREAM_DISCONNECTS.inc()  # closed or cancelled mid-stream: the client went away
         raise
     except Exception as exc:
         log.warning("stream failed", error=str(exc))
-        yield b"data: " + error_json(exc) + b"\n\n"
+        yield error_frame(exc)
     finally:
-        await chunks.aclose()
-    yield DONE_FRAME
+        await items.aclose()
+    if last:
+        yield last
+
+
+def _data_frame(data: bytes) -> bytes:
+    # One concatenation per event: JSON has no raw newline, so no event needs splitting into lines.
+    return b"data: " + data + b"\n\n"
+
+
+def _named_frame(event: tuple[str, bytes]) -> bytes:
+    return b"event: " + event[0].encode() + b"\ndata: " + event[1] + b"\n\n"
+
+
+def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk as an SSE event (`data: <json>`), one error event if the stream fails, then `data: [DONE]`."""
+    return _framed(chunks, _data_frame, lambda exc: _data_frame(error_json(exc)), DONE_FRAME)
 
 
 def named_frames(events: AsyncIterator[tuple[str, bytes]],
                  on_error: Callable[[Exception], tuple[str, bytes]]) -> AsyncIterator[bytes]:
     """Named SSE events (`event: <type>` then `data: <json>`), as the Responses API streams them;
     no [DONE]. A failure after the stream started becomes its last event, from `on_error`."""
-
-    async def frames() -> AsyncIterator[bytes]:
-        try:
-            async for name, data in events:
-                yield b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
-        except (asyncio.CancelledError, GeneratorExit):
-            STREAM_DISCONNECTS.inc()
-            raise
-        except Exception as exc:
-            log.warning("stream failed", error=str(exc))
-            name, data = on_error(exc)
-            yield b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
-        finally:
-            await events.aclose()
-
-    return frames()
+    return _framed(events, _named_frame, lambda exc: _named_frame(on_error(exc)))
