@@ -9,12 +9,12 @@ from app.errors import APIError, exception_handler
 from app.request_log import RequestLogMiddleware, configure_logging
 from app.routes import ROUTE_HANDLERS
 from app.settings import Settings, SettingsError
-from plugins.aggregation import AggregationPlugin
 from plugins.auth import AuthConfig, AuthPlugin
 from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin
-from plugins.fanout import FanOut, FanOutPlugin
+from plugins.fanout import FanOut
 from plugins.metrics import MetricsPlugin
+from plugins.pipeline import PipelinePlugin
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
 
 
@@ -34,10 +34,10 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         raise SystemExit(f"choir: {exc}") from None
     return Litestar(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
-        # The data path: fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
+        # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
-                 FanOutPlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices)),
-                 EnginePlugin(engine), AggregationPlugin(), MetricsPlugin(), SpecPlugin(spec)],
+                 PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key),
+                 EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         middleware=[RequestLogMiddleware()],

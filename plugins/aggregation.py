@@ -12,15 +12,11 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from litestar.config.app import AppConfig
-from litestar.di import NamedDependency, Provide
-from litestar.params import SkipValidation
-from litestar.plugins import InitPlugin
 from msgspec import UNSET
 
 from app.errors import APIError
 from app.protocol.common import CompletionTokensDetails, Usage
-from plugins.engine.protocol import Engine, EngineDependency
+from plugins.engine.protocol import Engine
 from plugins.fanout import Choice
 
 _DONE = object()
@@ -92,9 +88,6 @@ class Aggregator:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-AggregatorDependency = NamedDependency[SkipValidation[Aggregator]]
-
-
 def prompt_tokens(choices: list[Choice]) -> int:
     """Each prompt counts once, however many choices sample it."""
     return sum(len(prompt.token_ids) for prompt in {c.prompt_index: c.prompt for c in choices}.values())
@@ -105,17 +98,3 @@ def usage(choices: list[Choice], completion_tokens: int, reasoning_tokens: int |
     details = UNSET if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
     return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens,
                  completion_tokens_details=details)
-
-
-def _provide_aggregator(engine: EngineDependency) -> Aggregator:
-    return Aggregator(engine)
-
-
-class AggregationPlugin(InitPlugin):
-    """Provides the `aggregator` dependency over the engine the engine plugin provides."""
-
-    __slots__ = ()
-
-    def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        app_config.dependencies["aggregator"] = Provide(_provide_aggregator, sync_to_thread=False)
-        return app_config

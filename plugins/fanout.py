@@ -8,11 +8,6 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from litestar.config.app import AppConfig
-from litestar.di import NamedDependency, Provide
-from litestar.params import SkipValidation
-from litestar.plugins import InitPlugin
-
 from app.errors import bad_request
 from app.protocol.common import INT64_MAX
 from plugins.engine.protocol import Prompt
@@ -71,24 +66,8 @@ class FanOut:
         ]
 
 
-FanOutDependency = NamedDependency[SkipValidation[FanOut]]
-
-
 def _child_params(params: Any, index: int) -> Any:
     child = copy.copy(params)
     if params.seed is not None:
         child.seed = params.seed + index
     return child
-
-
-class FanOutPlugin(InitPlugin):
-    """Provides the `fan_out` dependency, configured with the largest `n` allowed."""
-
-    __slots__ = ("fan_out",)
-
-    def __init__(self, fan_out: FanOut) -> None:
-        self.fan_out = fan_out
-
-    def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        app_config.dependencies["fan_out"] = Provide(lambda: self.fan_out, sync_to_thread=False, use_cache=True)
-        return app_config

@@ -6,16 +6,14 @@ from app.protocol.chat import ChatCompletionRequest
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.chat import complete_chat, plan_chat, stream_chat
-from plugins.aggregation import AggregatorDependency
-from plugins.engine.protocol import EngineDependency
-from plugins.fanout import FanOutDependency
-from plugins.spec import CompatDependency, operation
+from plugins.pipeline import PipelineDependency
+from plugins.spec import operation
 
 
 @operation("createChatCompletion")
 async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], request: Request,
-                                 compat: CompatDependency, fan_out: FanOutDependency, engine: EngineDependency,
-                                 aggregator: AggregatorDependency) -> Response:
+                                 pipeline: PipelineDependency) -> Response:
+    compat, fan_out, engine, aggregator = pipeline.compat, pipeline.fan_out, pipeline.engine, pipeline.aggregator
     compat.check_body(data)
     data = parse_strict(data, ChatCompletionRequest)
     base_id = request_base_id(request)

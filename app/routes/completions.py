@@ -6,16 +6,14 @@ from app.protocol.completions import CompletionRequest
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.completions import complete, plan_completion, stream_completion
-from plugins.aggregation import AggregatorDependency
-from plugins.engine.protocol import EngineDependency
-from plugins.fanout import FanOutDependency
-from plugins.spec import CompatDependency, operation
+from plugins.pipeline import PipelineDependency
+from plugins.spec import operation
 
 
 @operation("createCompletion")
-async def create_completion(data: SkipValidation[CompletionRequest], request: Request, compat: CompatDependency,
-                            fan_out: FanOutDependency, engine: EngineDependency,
-                            aggregator: AggregatorDependency) -> Response:
+async def create_completion(data: SkipValidation[CompletionRequest], request: Request,
+                            pipeline: PipelineDependency) -> Response:
+    compat, fan_out, engine, aggregator = pipeline.compat, pipeline.fan_out, pipeline.engine, pipeline.aggregator
     compat.check_body(data)
     data = parse_strict(data, CompletionRequest)
     base_id = request_base_id(request)

@@ -1,15 +1,17 @@
 """Response ids: the caller's X-Request-Id when given (and echoed back), else a random one."""
 
+import os
 import time
-import uuid
 
 from litestar import Request
 
 HEADER = "x-request-id"
+_HEADER_KEY = HEADER.encode()
 
 
 def request_base_id(request: Request) -> str:
-    return request.headers.get(HEADER) or uuid.uuid4().hex
+    given = next((value for name, value in request.scope["headers"] if name == _HEADER_KEY), None)
+    return given.decode("latin-1") if given else os.urandom(16).hex()  # a uuid4's 32 hex digits, cheaper
 
 
 def now() -> int:

@@ -6,16 +6,14 @@ from app.protocol.responses import ResponsesRequest
 from app.routes.replies import event_stream_response, json_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.responses import plan_response, respond, stream_response
-from plugins.aggregation import AggregatorDependency
-from plugins.engine.protocol import EngineDependency
-from plugins.fanout import FanOutDependency
-from plugins.spec import CompatDependency, operation
+from plugins.pipeline import PipelineDependency
+from plugins.spec import operation
 
 
 @operation("createResponse")
-async def create_response(data: SkipValidation[ResponsesRequest], request: Request, compat: CompatDependency,
-                          fan_out: FanOutDependency, engine: EngineDependency,
-                          aggregator: AggregatorDependency) -> Response:
+async def create_response(data: SkipValidation[ResponsesRequest], request: Request,
+                          pipeline: PipelineDependency) -> Response:
+    compat, fan_out, engine, aggregator = pipeline.compat, pipeline.fan_out, pipeline.engine, pipeline.aggregator
     compat.check_body(data)
     data = parse_strict(data, ResponsesRequest)
     base_id = request_base_id(request)
