@@ -1,10 +1,10 @@
 """Aggregation: a request's choices (child engine requests) back into one answer.
 
 Non-streaming, `collect` waits for every choice and returns their final outputs in choice order.
-Streaming, `merge` yields (choice, delta) as the engine produces them, across all choices, with
-no child buffered whole. Either way the first failure ends every sibling, and leaving a stream
-early (the client went away) cancels every choice still running: cancelling `engine.generate`
-aborts the request in vLLM.
+Streaming, `merge` yields (choice, delta) pairs as the engine produces them, across all choices,
+in batches of what is ready together, with no child buffered whole. Either way the first failure
+ends every sibling, and leaving a stream early (the client went away) cancels every choice still
+running: cancelling `engine.generate` aborts the request in vLLM.
 """
 
 import asyncio
@@ -50,13 +50,15 @@ class Aggregator:
             raise failed.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def merge(self, choices: list[Choice]) -> AsyncIterator[tuple[Choice, Any]]:
+    async def merge(self, choices: list[Choice]) -> AsyncIterator[list[tuple[Choice, Any]]]:
+        """Batches of (choice, output): what the engine has produced since the last batch, so that
+        one engine step's outputs for several choices can go out together."""
         if len(choices) == 1:  # the common case needs no tasks or queue
             choice = choices[0]
             # aclosing: closing this stream must close (and so abort) the engine request now, not at GC.
             async with aclosing(self.engine.generate(choice.prompt, choice.params, choice.request_id)) as outputs:
                 async for output in outputs:
-                    yield choice, _check_not_aborted(output)
+                    yield [(choice, _check_not_aborted(output))]
             return
 
         queue: asyncio.Queue[tuple[Choice | None, Any]] = asyncio.Queue()
@@ -75,13 +77,21 @@ class Aggregator:
         running = len(tasks)
         try:
             while running:
-                choice, item = await queue.get()
-                if choice is None:
-                    raise item
-                if item is _DONE:
-                    running -= 1
-                else:
-                    yield choice, item
+                batch = []
+                item = await queue.get()
+                while True:
+                    choice, output = item
+                    if choice is None:
+                        raise output
+                    if output is _DONE:
+                        running -= 1
+                    else:
+                        batch.append(item)
+                    if queue.empty():
+                        break
+                    item = queue.get_nowait()
+                if batch:
+                    yield batch
         finally:
             for task in tasks:
                 task.cancel()

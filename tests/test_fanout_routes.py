@@ -160,7 +160,6 @@ async def test_closing_the_stream_early_aborts_every_child(n):
     from app.compat import OperationCompat
     from app.protocol.chat import ChatCompletionRequest
     from app.serving.chat import plan_chat, stream_chat
-    from app.serving.streaming import sse_frames
     from plugins.aggregation import Aggregator
     from plugins.fanout import FanOut
     from tests.fakes import FakeEngine
@@ -168,8 +167,8 @@ async def test_closing_the_stream_early_aborts_every_child(n):
     engine = FakeEngine(script=lambda prompt, params: ["tok"] * 50, delay=0.01, max_model_len=200)
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=n, stream=True)
     job = await plan_chat(engine, FanOut(), OperationCompat(), msgspec_convert(request), "chatcmpl-x", 0)
-    events = sse_frames(await stream_chat(Aggregator(engine), job))
-    for _ in range(n + 2):
+    events = stream_chat(Aggregator(engine), job)
+    for _ in range(3):
         await anext(events)
     assert len(engine.running) == n
     await events.aclose()

@@ -21,6 +21,6 @@ async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], re
     job = await plan_chat(engine, fan_out, compat, data, response_id, now())
     request.state.tokens = job.counts
     if data.stream:
-        return sse_response(await stream_chat(aggregator, job), base_id)
+        return await sse_response(stream_chat(aggregator, job), base_id)
     response = await complete_chat(aggregator, job)
     return json_response(response, base_id)

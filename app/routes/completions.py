@@ -21,6 +21,6 @@ async def create_completion(data: SkipValidation[CompletionRequest], request: Re
     job = await plan_completion(engine, fan_out, compat, data, response_id, now())
     request.state.tokens = job.counts
     if data.stream:
-        return sse_response(await stream_completion(engine, aggregator, job), base_id)
+        return await sse_response(stream_completion(engine, aggregator, job), base_id)
     response = await complete(engine, aggregator, job)
     return json_response(response, base_id)

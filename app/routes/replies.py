@@ -1,27 +1,29 @@
-"""A job's result as a Litestar response: JSON, or an SSE stream of pre-framed events."""
+"""A job's result as a Litestar response: JSON, or an SSE stream of ready frames."""
 
 from collections.abc import AsyncIterator, Callable
 
 from litestar import Response
-from litestar.response import Stream
 
+from app.errors import error_json
+from app.routes.event_stream import EventStream
 from app.routes.request_ids import HEADER
-from app.serving.streaming import named_frames, sse_frames
-
-# What Litestar's ServerSentEvent sends; Stream with frames built once per chunk avoids its
-# per-event message object and text buffer (see benchmarks/README.md).
-SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
+from app.serving.streaming import DONE_FRAME, data_frame, first_frame
 
 
 def json_response(body: object, base_id: str) -> Response:
     return Response(body, headers={HEADER: base_id})
 
 
-def sse_response(chunks: AsyncIterator[bytes], base_id: str) -> Stream:
-    return Stream(sse_frames(chunks), media_type="text/event-stream", headers={**SSE_HEADERS, HEADER: base_id})
+async def sse_response(frames: AsyncIterator[bytes], base_id: str) -> EventStream:
+    """`data:` events, one error event if the stream fails after it started, then `data: [DONE]`."""
+    first = await first_frame(frames)
+    return EventStream(first, frames, last=DONE_FRAME, error_frame=lambda exc: data_frame(error_json(exc)),
+                       headers={HEADER: base_id})
 
 
-def event_stream_response(events: AsyncIterator[tuple[str, bytes]], base_id: str,
-                          on_error: Callable[[Exception], tuple[str, bytes]]) -> Stream:
-    return Stream(named_frames(events, on_error), media_type="text/event-stream",
-                  headers={**SSE_HEADERS, HEADER: base_id})
+async def event_stream_response(frames: AsyncIterator[bytes], base_id: str,
+                                error_frame: Callable[[Exception], bytes]) -> EventStream:
+    """Named events, as the Responses API streams them: no [DONE]; a failure after the stream
+    started becomes its last event, `error_frame(exc)`."""
+    first = await first_frame(frames)
+    return EventStream(first, frames, last=b"", error_frame=error_frame, headers={HEADER: base_id})

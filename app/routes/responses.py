@@ -6,6 +6,7 @@ from app.protocol.responses import ResponsesRequest
 from app.routes.replies import event_stream_response, json_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.responses import plan_response, respond, stream_response
+from app.serving.streaming import named_frame
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 
@@ -21,5 +22,6 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
     job, builder = await plan_response(engine, fan_out, compat, data, response_id, now())
     request.state.tokens = job.counts
     if data.stream:
-        return event_stream_response(await stream_response(aggregator, job, builder), base_id, builder.failed)
+        return await event_stream_response(stream_response(aggregator, job, builder), base_id,
+                                           lambda exc: named_frame(*builder.failed(exc)))
     return json_response(await respond(aggregator, job, builder), base_id)

@@ -27,14 +27,12 @@ from app.serving.logprobs import chat_logprobs
 from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
-from app.serving.streaming import StreamPlan, primed
+from app.serving.streaming import ChunkFrames, Final, StreamPlan
 from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
-
-_encode = msgspec.json.encode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,25 +160,29 @@ def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None
 
 
 async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
+    """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     generated = {choice.index: 0 for choice in job.choices}
     readers = {choice.index: job.output() for choice in job.choices}  # per-choice parser state
+    frames = ChunkFrames(ChatCompletionChunk, job.envelope)
     started: set[int] = set()
+    unfinished = len(job.choices)
+    tail: list[bytes] = []  # the frames of the step that finishes the last choice go out with the end
 
-    def chunk(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
-        running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
-        return _encode(ChatCompletionChunk(**job.envelope,
-                                           choices=[choice_chunk], usage=running))
+    def frame(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
+        return frames.frame(choice_chunk, usage([choice], generated[choice.index]) if plan.continuous_usage else None)
 
-    async def chunks(outputs) -> AsyncIterator[bytes]:
-        async with aclosing(outputs):  # closing the stream closes the merge, which aborts the choices
-            async for choice, output in outputs:
+    async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
+        async for batch in batches:
+            ready = []
+            for choice, output in batch:
                 if choice.index not in started:
                     started.add(choice.index)
-                    role = job.delta(role="assistant", content="")
-                    yield chunk(choice, ChatChunkChoice(index=choice.index, delta=role))
+                    ready.append(frame(choice, ChatChunkChoice(index=choice.index,
+                                                               delta=job.delta(role="assistant", content=""))))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
+                unfinished -= output.finished
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:
                     continue
                 reader = readers[choice.index]
@@ -188,14 +190,15 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 if not parts and completion.finish_reason is None and not job.request.logprobs:
                     continue  # held back: e.g. the start of what may be a tool-call marker
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
-                delta = job.delta(parts)
-                yield chunk(choice, ChatChunkChoice(index=choice.index, delta=delta,
-                                                    logprobs=_logprobs(job, completion), finish_reason=finish))
-            job.counts.completion_tokens = sum(generated.values())
-            if plan.include_usage:
-                counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
-                reasoning = sum(c or 0 for c in counts) if counts else None
-                yield _encode(ChatCompletionChunk(**job.envelope, choices=[],
-                                                  usage=usage(job.choices, sum(generated.values()), reasoning)))
-
-    return await primed(chunks(aggregator.merge(job.choices)))
+                ready.append(frame(choice, ChatChunkChoice(index=choice.index, delta=job.delta(parts),
+                                                           logprobs=_logprobs(job, completion), finish_reason=finish)))
+            if not unfinished:
+                tail += ready
+            elif ready:
+                yield b"".join(ready)
+    job.counts.completion_tokens = sum(generated.values())
+    if plan.include_usage:
+        counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
+        reasoning = sum(c or 0 for c in counts) if counts else None
+        tail.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))
+    yield Final(b"".join(tail))

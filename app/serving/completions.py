@@ -4,8 +4,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-import msgspec
-
 from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
@@ -13,12 +11,10 @@ from app.serving.jobs import Job
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
-from app.serving.streaming import StreamPlan, primed
+from app.serving.streaming import ChunkFrames, Final, StreamPlan
 from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
-
-_encode = msgspec.json.encode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,26 +98,31 @@ async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -
 
 
 async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> AsyncIterator[bytes]:
-    """Chunks as JSON bytes; the first engine output is awaited before the response starts."""
+    """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}
     generated = dict.fromkeys(states, 0)
+    frames = ChunkFrames(CompletionChunk, job.envelope)
+    unfinished = len(job.choices)
+    tail: list[bytes] = []  # the frames of the step that finishes the last choice go out with the end
 
-    async def chunks(outputs) -> AsyncIterator[bytes]:
-        async with aclosing(outputs):  # closing the stream closes the merge, which aborts the choices
-            async for choice, output in outputs:
-                state = states[choice.index]
-                rendered = state.render(output, output.prompt_logprobs)
+    async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
+        async for batch in batches:
+            ready = []
+            for choice, output in batch:
+                rendered = states[choice.index].render(output, output.prompt_logprobs)
                 generated[choice.index] += _completion_tokens(job, output)
+                unfinished -= output.finished
                 has_logprobs = bool(rendered.logprobs and rendered.logprobs.tokens)
                 if not rendered.text and rendered.finish_reason is None and not has_logprobs:
                     continue
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
-                yield _encode(CompletionChunk(**job.envelope,
-                                              choices=[rendered], usage=running))
-            job.counts.completion_tokens = sum(generated.values())
-            if plan.include_usage:
-                yield _encode(CompletionChunk(**job.envelope, choices=[],
-                                              usage=usage(job.choices, sum(generated.values()))))
-
-    return await primed(chunks(aggregator.merge(job.choices)))
+                ready.append(frames.frame(rendered, running))
+            if not unfinished:
+                tail += ready
+            elif ready:
+                yield b"".join(ready)
+    job.counts.completion_tokens = sum(generated.values())
+    if plan.include_usage:
+        tail.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens)))
+    yield Final(b"".join(tail))

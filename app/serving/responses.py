@@ -24,6 +24,7 @@ from app.protocol.responses import (
 )
 from app.serving.chat import ChatJob, plan_chat
 from app.serving.response_events import ResponseBuilder
+from app.serving.streaming import Final, named_frame
 from plugins.aggregation import Aggregator
 from plugins.engine.protocol import Engine
 from plugins.fanout import FanOut
@@ -104,29 +105,26 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
                          reader.reasoning_tokens(list(completion.token_ids), parts.reasoning))
 
 
-async def stream_response(aggregator: Aggregator, job: ChatJob,
-                          builder: ResponseBuilder) -> AsyncIterator[tuple[str, bytes]]:
-    from app.serving.streaming import primed
-
-    async def events(outputs) -> AsyncIterator[tuple[str, bytes]]:
-        async with aclosing(outputs):
-            reader = job.output()
-            tokens: list[int] = []
-            first = True
-            async for _, output in outputs:
-                if first:  # created and in_progress wait for the engine's first output (see primed)
-                    first = False
-                    for event in builder.start():
-                        yield event
+async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder) -> AsyncIterator[bytes]:
+    """The lifecycle events as SSE frames, those of one engine output together; the closing ones are `Final`."""
+    reader = job.output()
+    tokens: list[int] = []
+    tail, started = b"", False
+    async with aclosing(aggregator.merge(job.choices)) as batches:
+        async for batch in batches:
+            events = [] if started else builder.start()  # created and in_progress wait for the first output
+            started = True
+            for _, output in batch:
                 completion = output.outputs[0]
                 tokens += completion.token_ids
                 parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
-                for event in builder.add(parts):
-                    yield event
+                events += builder.add(parts)
                 if completion.finish_reason is not None:
                     job.counts.completion_tokens = len(tokens)
-                    for event in builder.finish(completion.finish_reason, len(tokens),
-                                                reader.streamed_reasoning_tokens()):
-                        yield event
-
-    return await primed(events(aggregator.merge(job.choices)))
+                    events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens())
+            frames = b"".join(named_frame(*event) for event in events)
+            if output.finished:
+                tail = frames  # sent with the end of the response
+            elif frames:
+                yield frames
+    yield Final(tail)

@@ -1,19 +1,25 @@
-"""What streaming responses share: usage options, priming, and SSE framing with in-stream errors."""
+"""What streams share: usage options, SSE frames built from a per-stream template, and the first
+frame awaited before answering.
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+A stream is an async iterator of frames, bytes ready for the wire: one item may hold several SSE
+events (the choices of one engine step), so that they go out in one write. The item that ends
+the stream is a `Final`: app/routes/event_stream.py sends it with the end of the response.
+"""
+
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import structlog
+import msgspec
 
-from app.errors import error_json
 from app.protocol.common import StreamOptions
-from plugins.metrics import STREAM_DISCONNECTS
 
-log = structlog.get_logger("choir.stream")
 DONE_FRAME = b"data: [DONE]\n\n"
-T = TypeVar("T")
+_encode = msgspec.json.encode
+
+
+class Final(bytes):
+    """The stream's last frames: nothing follows them but the end of the response."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,64 +33,44 @@ class StreamPlan:
         return cls(include_usage=include, continuous_usage=include and bool(options and options.continuous_usage_stats))
 
 
-async def primed(chunks: AsyncIterator[T]) -> AsyncIterator[T]:
-    """Wait for the first chunk, so that an invalid request fails with a real HTTP status
-    instead of a 200 stream that carries the error."""
-    try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await chunks.aclose()
-        raise
-
-    async def rest() -> AsyncIterator[T]:
-        try:
-            if first is not None:
-                yield first
-                async for chunk in chunks:
-                    yield chunk
-        finally:
-            await chunks.aclose()
-
-    return rest()
-
-
-async def _framed(items: AsyncIterator[Any], frame: Callable[[Any], bytes], error_frame: Callable[[Exception], bytes],
-                  last: bytes = b"") -> AsyncIterator[bytes]:
-    """`frame(item)` for each item, `error_frame(exc)` if the stream fails after it started, then `last`.
-    Leaving early (the client went away) closes `items`, which aborts what they read from."""
-    try:
-        async for item in items:
-            yield frame(item)
-    except (asyncio.CancelledError, GeneratorExit):
-        STREAM_DISCONNECTS.inc()  # closed or cancelled mid-stream: the client went away
-        raise
-    except Exception as exc:
-        log.warning("stream failed", error=str(exc))
-        yield error_frame(exc)
-    finally:
-        await items.aclose()
-    if last:
-        yield last
-
-
-def _data_frame(data: bytes) -> bytes:
+def data_frame(data: bytes) -> bytes:
     # One concatenation per event: JSON has no raw newline, so no event needs splitting into lines.
     return b"data: " + data + b"\n\n"
 
 
-def _named_frame(event: tuple[str, bytes]) -> bytes:
-    return b"event: " + event[0].encode() + b"\ndata: " + event[1] + b"\n\n"
+def named_frame(name: str, data: bytes) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
 
 
-def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Each chunk as an SSE event (`data: <json>`), one error event if the stream fails, then `data: [DONE]`."""
-    return _framed(chunks, _data_frame, lambda exc: _data_frame(error_json(exc)), DONE_FRAME)
+class ChunkFrames:
+    """The `data:` frames of one stream's chunks. Every chunk repeats the stream's envelope (id,
+    object, created, model, ...), so that part is encoded once: a frame is the template's head, the
+    choice's JSON and its tail."""
+
+    __slots__ = ("chunk_type", "envelope", "head", "tail")
+
+    def __init__(self, chunk_type: type[msgspec.Struct], envelope: dict[str, Any]) -> None:
+        self.chunk_type, self.envelope = chunk_type, envelope
+        # The choices list is the only place `"choices":[]` can appear unescaped: strings escape quotes.
+        head, _, tail = _encode(chunk_type(**envelope, choices=[])).partition(b'"choices":[]')
+        self.head, self.tail = b"data: " + head + b'"choices":[', b"]" + tail + b"\n\n"
+
+    def frame(self, choice: msgspec.Struct, usage: Any = None) -> bytes:
+        if usage is not None:
+            return data_frame(_encode(self.chunk_type(**self.envelope, choices=[choice], usage=usage)))
+        return self.head + _encode(choice) + self.tail
+
+    def usage_frame(self, usage: Any) -> bytes:
+        return data_frame(_encode(self.chunk_type(**self.envelope, choices=[], usage=usage)))
 
 
-def named_frames(events: AsyncIterator[tuple[str, bytes]],
-                 on_error: Callable[[Exception], tuple[str, bytes]]) -> AsyncIterator[bytes]:
-    """Named SSE events (`event: <type>` then `data: <json>`), as the Responses API streams them;
-    no [DONE]. A failure after the stream started becomes its last event, from `on_error`."""
-    return _framed(events, _named_frame, lambda exc: _named_frame(on_error(exc)))
+async def first_frame(frames: AsyncIterator[bytes]) -> bytes:
+    """Wait for a stream's first frame, so that an invalid request fails with a real HTTP status
+    instead of a 200 stream that carries the error."""
+    try:
+        return await anext(frames)
+    except StopAsyncIteration:
+        return Final()
+    except BaseException:
+        await frames.aclose()
+        raise

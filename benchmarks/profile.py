@@ -1,0 +1,98 @@
+"""Where a front end's CPU goes: py-spy samples the server process under one load scenario.
+
+    python -m benchmarks.profile [--contestant choir] [--endpoint completions] [--n 1] [--stream] [--requests 2000]
+
+Writes the raw (collapsed) stacks to benchmarks/results/profile-<label>.txt, a flame graph beside it, and
+prints the functions with the most samples: on their own (self) and with what they call (total),
+and the share per package. Needs `py-spy` (pip install py-spy); it samples with --gil, so only
+time holding the GIL (the event loop's work) is counted, not idle waits.
+"""
+
+import argparse
+import asyncio
+import collections
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.frontends import RESULTS, start, stop
+from benchmarks.load import Scenario, run_scenario
+
+
+def _frame_name(frame: str) -> str:
+    # py-spy's raw frames: "function (path/to/module.py:line)"
+    function, _, where = frame.partition(" (")
+    return f"{function} ({where.rsplit(':', 1)[0]})" if where else function
+
+
+def _package(frame: str) -> str:
+    # py-spy names a file by its package path ("uvicorn/protocols/http/...", "app/serving/...")
+    path = frame.partition(" (")[2].rsplit(":", 1)[0]
+    top = path.split("/")[0] if "/" in path else "stdlib"
+    return "choir" if top in ("app", "plugins") else top
+
+
+def summarize(raw: Path, top: int) -> str:
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    packages: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        samples += count
+        own[_frame_name(frames[-1])] += count
+        packages[_package(frames[-1])] += count
+        for name in {_frame_name(frame) for frame in frames}:
+            total[name] += count
+    lines = [f"{samples} samples"]
+    for title, counter in (("by package (self)", packages), ("self", own), ("total", total)):
+        lines.append(f"\n{title}:")
+        lines += [f"{100 * c / samples:6.1f}%  {name}" for name, c in counter.most_common(top)]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contestant", default="choir", choices=["choir", "vllm", "null"])
+    parser.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
+    parser.add_argument("--n", type=int, default=1)
+    parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=40)
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    scenario = Scenario(args.endpoint, args.n, args.stream, args.tokens, args.concurrency, args.requests)
+    label = f"{args.contestant}-{args.endpoint}-n{args.n}-{'stream' if args.stream else 'whole'}"
+    raw = RESULTS / f"profile-{label}.txt"
+    if args.contestant == "null":  # Choir over the scripted engine: the front end's own cost alone
+        from benchmarks.overhead import start_null
+
+        server = start_null(args.tokens)
+    else:
+        server = start(args.contestant, RESULTS / f"{args.contestant}.log")
+    try:
+        asyncio.run(run_scenario(server.base_url, Scenario(args.endpoint, args.n, args.stream, 4, 4, 32)))  # warm
+        spy = subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--gil", "--nonblocking",
+                                "--rate", "250", "--format", "raw", "--output", str(raw)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        result = asyncio.run(run_scenario(server.base_url, scenario))
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+    finally:
+        stop(server)
+    print(f"{scenario.label}: {result['requests_per_s']:.1f} req/s, {result['errors']} errors")
+    print(summarize(raw, args.top))
+    print(f"raw stacks: {raw}")
+
+
+if __name__ == "__main__":
+    main()
