@@ -13,6 +13,12 @@ from plugins.metrics import record_request
 log = structlog.get_logger("choir.request")
 
 
+def annotate(scope: Scope, **fields: object) -> None:
+    """What a handler adds to its request's log line: `response_id`, `tokens`. Into the scope's state
+    directly: each `request.state` access builds a Litestar State (with a lock) of its own."""
+    scope["state"].update(fields)
+
+
 def configure_logging(level: str) -> None:
     structlog.configure(
         processors=[

@@ -67,12 +67,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--native", action="store_true", help="C frames too (pauses the server to sample)")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     RESULTS.mkdir(parents=True, exist_ok=True)
     scenario = Scenario(args.endpoint, args.n, args.stream, args.tokens, args.concurrency, args.requests)
     label = f"{args.contestant}-{args.endpoint}-n{args.n}-{'stream' if args.stream else 'whole'}"
     raw = RESULTS / f"profile-{label}.txt"
+    raw.unlink(missing_ok=True)
     if args.contestant == "null":  # Choir over the scripted engine: the front end's own cost alone
         from benchmarks.overhead import start_null
 
@@ -81,12 +83,14 @@ def main() -> None:
         server = start(args.contestant, RESULTS / f"{args.contestant}.log")
     try:
         asyncio.run(run_scenario(server.base_url, Scenario(args.endpoint, args.n, args.stream, 4, 4, 32)))  # warm
-        spy = subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--gil", "--nonblocking",
-                                "--rate", "250", "--format", "raw", "--output", str(raw)],
+        mode = ["--native"] if args.native else ["--nonblocking"]
+        spy = subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--gil", *mode,
+                                "--rate", "1000", "--format", "raw", "--output", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         result = asyncio.run(run_scenario(server.base_url, scenario))
         spy.send_signal(signal.SIGINT)
-        spy.wait(60)
+        if spy.wait(60) not in (0, -signal.SIGINT) or not raw.exists():
+            raise SystemExit(f"py-spy failed (exit {spy.returncode})")
     finally:
         stop(server)
     print(f"{scenario.label}: {result['requests_per_s']:.1f} req/s, {result['errors']} errors")

@@ -43,6 +43,8 @@ class Aggregator:
                 last = output
             return _check_not_aborted(last)
 
+        if len(choices) == 1:  # the common case needs no task group
+            return [await final(choices[0])]
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(final(choice)) for choice in choices]

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from litestar import Request
 from litestar.config.app import AppConfig
-from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
@@ -45,8 +44,9 @@ class PipelinePlugin(InitPlugin):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         fan_out, key = self.fan_out, self.engine_state_key
 
-        def provide_pipeline(request: Request, state: State) -> Pipeline:
-            engine = state[key]
+        def provide_pipeline(request: Request) -> Pipeline:
+            # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
+            engine = request.app.state[key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine))
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)

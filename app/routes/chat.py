@@ -3,6 +3,7 @@ from litestar.params import SkipValidation
 
 from app.protocol import parse_strict
 from app.protocol.chat import ChatCompletionRequest
+from app.request_log import annotate
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.chat import complete_chat, plan_chat, stream_chat
@@ -17,9 +18,10 @@ async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], re
     compat.check_body(data)
     data = parse_strict(data, ChatCompletionRequest)
     base_id = request_base_id(request)
-    request.state.response_id = response_id = f"chatcmpl-{base_id}"
+    response_id = f"chatcmpl-{base_id}"
+    annotate(request.scope, response_id=response_id)
     job = await plan_chat(engine, fan_out, compat, data, response_id, now())
-    request.state.tokens = job.counts
+    annotate(request.scope, tokens=job.counts)
     if data.stream:
         return await sse_response(stream_chat(aggregator, job), base_id)
     response = await complete_chat(aggregator, job)

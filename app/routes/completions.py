@@ -3,6 +3,7 @@ from litestar.params import SkipValidation
 
 from app.protocol import parse_strict
 from app.protocol.completions import CompletionRequest
+from app.request_log import annotate
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.completions import complete, plan_completion, stream_completion
@@ -17,9 +18,10 @@ async def create_completion(data: SkipValidation[CompletionRequest], request: Re
     compat.check_body(data)
     data = parse_strict(data, CompletionRequest)
     base_id = request_base_id(request)
-    request.state.response_id = response_id = f"cmpl-{base_id}"
+    response_id = f"cmpl-{base_id}"
+    annotate(request.scope, response_id=response_id)
     job = await plan_completion(engine, fan_out, compat, data, response_id, now())
-    request.state.tokens = job.counts
+    annotate(request.scope, tokens=job.counts)
     if data.stream:
         return await sse_response(stream_completion(engine, aggregator, job), base_id)
     response = await complete(engine, aggregator, job)

@@ -3,6 +3,7 @@ from litestar.params import SkipValidation
 
 from app.protocol import parse_strict
 from app.protocol.responses import ResponsesRequest
+from app.request_log import annotate
 from app.routes.replies import event_stream_response, json_response
 from app.routes.request_ids import now, request_base_id
 from app.serving.responses import plan_response, respond, stream_response
@@ -18,9 +19,10 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
     compat.check_body(data)
     data = parse_strict(data, ResponsesRequest)
     base_id = request_base_id(request)
-    request.state.response_id = response_id = f"resp_{base_id}"
+    response_id = f"resp_{base_id}"
+    annotate(request.scope, response_id=response_id)
     job, builder = await plan_response(engine, fan_out, compat, data, response_id, now())
-    request.state.tokens = job.counts
+    annotate(request.scope, tokens=job.counts)
     if data.stream:
         return await event_stream_response(stream_response(aggregator, job, builder), base_id,
                                            lambda exc: named_frame(*builder.failed(exc)))

@@ -1,5 +1,6 @@
 """`Engine` over vLLM's `AsyncLLM`. Imported only inside the lifespan: vLLM pulls in torch (seconds)."""
 
+import gc
 import os
 import time
 from collections.abc import AsyncIterator
@@ -129,6 +130,13 @@ def _prompt(engine_input: dict[str, Any]) -> Prompt:
                   engine_input=engine_input)
 
 
+def _freeze_startup_heap() -> None:
+    """Move what start-up allocated (vLLM, torch, tokenizers: hundreds of thousands of objects) out of
+    the collector's reach, as vLLM's own server does: otherwise every full collection walks it all."""
+    gc.collect()
+    gc.freeze()
+
+
 @asynccontextmanager
 async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     # vLLM reads its settings from the environment: Choir's defaults, under what .env says.
@@ -143,11 +151,13 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
+    _freeze_startup_heap()
     try:
         # A parser name vLLM does not know raises SettingsError here: the engine is shut down below,
         # then EngineConfig.lifespan reports the setting in one line.
         yield VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser,
                          reasoning_parser=settings.reasoning_parser)
     finally:
+        gc.unfreeze()  # collectable again, at shutdown at the latest
         engine.shutdown()
         log.info("engine stopped")
