@@ -41,6 +41,9 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
         skip_special_tokens=request.skip_special_tokens,
         output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
         structured_outputs=structured_outputs,
+        # Built for this request alone (fan-out copies it per child), so the engine need not
+        # deep-copy it again, as vLLM's own server says of its params.
+        skip_clone=True,
         **values,
     )
 

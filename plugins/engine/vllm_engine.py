@@ -130,9 +130,14 @@ def _prompt(engine_input: dict[str, Any]) -> Prompt:
                   engine_input=engine_input)
 
 
-def _freeze_startup_heap() -> None:
-    """Move what start-up allocated (vLLM, torch, tokenizers: hundreds of thousands of objects) out of
-    the collector's reach, as vLLM's own server does: otherwise every full collection walks it all."""
+def settle_after_startup() -> None:
+    """What vLLM's own processes do once started. Freeze what start-up allocated (vLLM, torch,
+    tokenizers: hundreds of thousands of objects), so that no full collection walks it again; and
+    cache vLLM's environment variables, which it otherwise reads from os.environ on every access
+    (several per request: SamplingParams checks some)."""
+    from vllm.envs import enable_envs_cache
+
+    enable_envs_cache()
     gc.collect()
     gc.freeze()
 
@@ -151,7 +156,7 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
-    _freeze_startup_heap()
+    settle_after_startup()
     try:
         # A parser name vLLM does not know raises SettingsError here: the engine is shut down below,
         # then EngineConfig.lifespan reports the setting in one line.
