@@ -47,7 +47,7 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python -m benchmarks.fanout
+	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) models .pytest_cache

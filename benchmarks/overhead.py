@@ -42,7 +42,7 @@ def start_null(tokens: int) -> Server:
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "benchmarks.overhead:create_null_app",
                                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                                 "--no-access-log"], cwd=ROOT, env=env)
-    server = Server("null", process, f"http://127.0.0.1:{port}")
+    server = Server("null", process, f"http://127.0.0.1:{port}", process.pid)
     _wait(server.base_url)
     return server
 

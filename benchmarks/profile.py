@@ -84,7 +84,7 @@ def main() -> None:
     try:
         asyncio.run(run_scenario(server.base_url, Scenario(args.endpoint, args.n, args.stream, 4, 4, 32)))  # warm
         mode = ["--native"] if args.native else ["--nonblocking"]
-        spy = subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--gil", *mode,
+        spy = subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--gil", *mode,
                                 "--rate", "1000", "--format", "raw", "--output", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         result = asyncio.run(run_scenario(server.base_url, scenario))
