@@ -2,6 +2,7 @@
 is this process's CPU per request (AsyncLLM's own output processing and detokenization)."""
 
 import asyncio
+import gc
 import os
 import time
 
@@ -59,5 +60,6 @@ async def measure_all(plan: list[Scenario]) -> dict[str, dict]:
         await _scenario(engine, Scenario("completions", 1, True, 4, 4, 8))  # warm-up
         return {scenario.label: await _scenario(engine, scenario) for scenario in plan}
     finally:
+        gc.unfreeze()
         llm.shutdown()
         del engine, llm

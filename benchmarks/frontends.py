@@ -59,7 +59,18 @@ def engine_flags() -> list[str]:
     return Settings().engine_argv(CPU_ENGINE_ARGS if current_platform.is_cpu() else ())
 
 
-def start(name: str, log: Path) -> Server:
+def start(name: str, log: Path, attempts: int = 3) -> Server:
+    """The contestant on a free port; retried on another if the engine's processes took it meanwhile."""
+    for attempt in range(attempts):
+        try:
+            return _start(name, log)
+        except RuntimeError:
+            if "address already in use" not in log.read_text(errors="replace") or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start(name: str, log: Path) -> Server:
     port = free_port()
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
         "VLLM_CPU_KVCACHE_SPACE", "1"), "CHOIR_LOG_LEVEL": "warning"}

@@ -11,11 +11,13 @@ change. Not a contest: vLLM's server cannot run over this engine.
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 
 from benchmarks.frontends import RESULTS, Server, _cpu_seconds
 from benchmarks.load import Scenario, run_scenario
@@ -31,8 +33,16 @@ def create_null_app():
     tokens = int(os.environ.get("CHOIR_NULL_TOKENS", "16"))
     engine = FakeEngine(script=lambda prompt, params: ["a"] * tokens, served_model_names=("choir-tiny",),
                         max_model_len=4096)
-    return create_app(Settings(served_model_name="choir-tiny", log_level="warning"),
-                      engine_factory=fake_engine_factory(engine))
+    fake = fake_engine_factory(engine)
+
+    @asynccontextmanager
+    async def factory(settings):
+        async with fake(settings) as started:
+            gc.collect()
+            gc.freeze()  # as the real engine's start-up does (plugins/engine/vllm_engine.py)
+            yield started
+
+    return create_app(Settings(served_model_name="choir-tiny", log_level="warning"), engine_factory=factory)
 
 
 def start_null(tokens: int) -> Server:

@@ -59,7 +59,19 @@ class Server:
         return code
 
 
-def start_server(log_path: Path, env: dict[str, str] | None = None) -> Server:
+def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: int = 3) -> Server:
+    """uvicorn binds its port only after the lifespan has started the engine, whose own processes
+    take free ports meanwhile: a port taken that way is retried with another."""
+    for attempt in range(attempts):
+        try:
+            return _start_server(log_path, env)
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_server(log_path: Path, env: dict[str, str] | None) -> Server:
     port = free_port()
     environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", **(env or {})}
     log = log_path.open("w")
