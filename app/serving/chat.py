@@ -27,7 +27,7 @@ from app.serving.logprobs import chat_logprobs
 from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
-from app.serving.streaming import ChunkFrames, Final, StreamPlan
+from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from plugins.aggregation import Aggregator, usage
@@ -164,17 +164,15 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
     plan = StreamPlan.of(job.request.stream_options)
     generated = {choice.index: 0 for choice in job.choices}
     readers = {choice.index: job.output() for choice in job.choices}  # per-choice parser state
-    frames = ChunkFrames(ChatCompletionChunk, job.envelope)
+    frames, outbox = ChunkFrames(ChatCompletionChunk, job.envelope), Outbox(len(job.choices))
     started: set[int] = set()
-    unfinished = len(job.choices)
-    tail: list[bytes] = []  # the frames of the step that finishes the last choice go out with the end
 
     def frame(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
         return frames.frame(choice_chunk, usage([choice], generated[choice.index]) if plan.continuous_usage else None)
 
     async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
         async for batch in batches:
-            ready = []
+            ready, finished = [], 0
             for choice, output in batch:
                 if choice.index not in started:
                     started.add(choice.index)
@@ -182,7 +180,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                                                                delta=job.delta(role="assistant", content=""))))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
-                unfinished -= output.finished
+                finished += output.finished
                 if not completion.text and completion.finish_reason is None and not job.request.logprobs:
                     continue
                 reader = readers[choice.index]
@@ -192,13 +190,12 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
                 ready.append(frame(choice, ChatChunkChoice(index=choice.index, delta=job.delta(parts),
                                                            logprobs=_logprobs(job, completion), finish_reason=finish)))
-            if not unfinished:
-                tail += ready
-            elif ready:
-                yield b"".join(ready)
+            if item := outbox.send(ready, finished):
+                yield item
     job.counts.completion_tokens = sum(generated.values())
-    if plan.include_usage:
-        counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
-        reasoning = sum(c or 0 for c in counts) if counts else None
-        tail.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))
-    yield Final(b"".join(tail))
+    if not plan.include_usage:
+        yield outbox.close()
+        return
+    counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
+    reasoning = sum(c or 0 for c in counts) if counts else None
+    yield outbox.close(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))

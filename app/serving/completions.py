@@ -11,7 +11,7 @@ from app.serving.jobs import Job
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
-from app.serving.streaming import ChunkFrames, Final, StreamPlan
+from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from plugins.aggregation import Aggregator, usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
@@ -102,27 +102,22 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}
     generated = dict.fromkeys(states, 0)
-    frames = ChunkFrames(CompletionChunk, job.envelope)
-    unfinished = len(job.choices)
-    tail: list[bytes] = []  # the frames of the step that finishes the last choice go out with the end
+    frames, outbox = ChunkFrames(CompletionChunk, job.envelope), Outbox(len(job.choices))
 
     async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
         async for batch in batches:
-            ready = []
+            ready, finished = [], 0
             for choice, output in batch:
                 rendered = states[choice.index].render(output, output.prompt_logprobs)
                 generated[choice.index] += _completion_tokens(job, output)
-                unfinished -= output.finished
+                finished += output.finished
                 has_logprobs = bool(rendered.logprobs and rendered.logprobs.tokens)
                 if not rendered.text and rendered.finish_reason is None and not has_logprobs:
                     continue
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
                 ready.append(frames.frame(rendered, running))
-            if not unfinished:
-                tail += ready
-            elif ready:
-                yield b"".join(ready)
+            if item := outbox.send(ready, finished):
+                yield item
     job.counts.completion_tokens = sum(generated.values())
-    if plan.include_usage:
-        tail.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens)))
-    yield Final(b"".join(tail))
+    usage_frame = frames.usage_frame(usage(job.choices, job.counts.completion_tokens)) if plan.include_usage else b""
+    yield outbox.close(usage_frame)

@@ -24,7 +24,7 @@ from app.protocol.responses import (
 )
 from app.serving.chat import ChatJob, plan_chat
 from app.serving.response_events import ResponseBuilder
-from app.serving.streaming import Final, named_frame
+from app.serving.streaming import Outbox, named_frame
 from plugins.aggregation import Aggregator
 from plugins.engine.protocol import Engine
 from plugins.fanout import FanOut
@@ -106,25 +106,23 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
 
 
 async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder) -> AsyncIterator[bytes]:
-    """The lifecycle events as SSE frames, those of one engine output together; the closing ones are `Final`."""
-    reader = job.output()
+    """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
+    reader, outbox = job.output(), Outbox(len(job.choices))
     tokens: list[int] = []
-    tail, started = b"", False
+    started = False
     async with aclosing(aggregator.merge(job.choices)) as batches:
         async for batch in batches:
             events = [] if started else builder.start()  # created and in_progress wait for the first output
-            started = True
+            started, finished = True, 0
             for _, output in batch:
                 completion = output.outputs[0]
                 tokens += completion.token_ids
+                finished += output.finished
                 parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
                 events += builder.add(parts)
                 if completion.finish_reason is not None:
                     job.counts.completion_tokens = len(tokens)
                     events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens())
-            frames = b"".join(named_frame(*event) for event in events)
-            if output.finished:
-                tail = frames  # sent with the end of the response
-            elif frames:
-                yield frames
-    yield Final(tail)
+            if item := outbox.send([named_frame(*event) for event in events], finished):
+                yield item
+    yield outbox.close()

@@ -64,6 +64,27 @@ class ChunkFrames:
         return data_frame(_encode(self.chunk_type(**self.envelope, choices=[], usage=usage)))
 
 
+class Outbox:
+    """What a stream sends: one item per batch of engine outputs. The frames of the batch that
+    finishes the last choice are held, to end the stream with its closing frames (`Final`)."""
+
+    __slots__ = ("held", "unfinished")
+
+    def __init__(self, choices: int) -> None:
+        self.unfinished, self.held = choices, []
+
+    def send(self, frames: list[bytes], finished: int) -> bytes:
+        """The item to yield now for a batch's frames (empty: nothing yet)."""
+        self.unfinished -= finished
+        if not self.unfinished:
+            self.held += frames
+            return b""
+        return b"".join(frames)
+
+    def close(self, *closing: bytes) -> Final:
+        return Final(b"".join([*self.held, *closing]))
+
+
 async def first_frame(frames: AsyncIterator[bytes]) -> bytes:
     """Wait for a stream's first frame, so that an invalid request fails with a real HTTP status
     instead of a 200 stream that carries the error."""
