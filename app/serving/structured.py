@@ -8,11 +8,13 @@ from app.serving.tools import ToolPlan
 
 
 def structured_outputs(request: ChatCompletionRequest, tools: ToolPlan) -> Any:
+    response_format = request.response_format
+    if tools.schema is None and not isinstance(response_format, (JsonObjectFormat, JsonSchemaFormat)):
+        return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
 
     if tools.schema is not None:
         return StructuredOutputsParams(json=tools.schema)
-    response_format = request.response_format
     if isinstance(response_format, JsonObjectFormat):
         return StructuredOutputsParams(json_object=True)
     if isinstance(response_format, JsonSchemaFormat):
