@@ -9,6 +9,7 @@ Each round sends the same prompts at the same concurrency, native first, then Ch
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import time
@@ -16,7 +17,7 @@ from statistics import median
 
 from app.settings import Settings
 from plugins.aggregation import Aggregator
-from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args
+from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args, settle_after_startup
 from plugins.fanout import FanOut, PromptRequest
 
 PROMPT = [1, *range(40, 72)]  # 33 tokens
@@ -28,7 +29,7 @@ async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens
 
     async def one(i: int) -> int:
         params = SamplingParams(n=n, seed=i, max_tokens=max_tokens, ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+                                output_kind=RequestOutputKind.FINAL_ONLY, skip_clone=True)
         last = None
         async for output in engine._engine.generate({"prompt_token_ids": PROMPT}, params, f"native-{n}-{i}"):
             last = output
@@ -47,7 +48,7 @@ async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int
 
     async def one(i: int) -> int:
         params = SamplingParams(n=1, seed=i, max_tokens=max_tokens, ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+                                output_kind=RequestOutputKind.FINAL_ONLY, skip_clone=True)
         choices = fan_out.choices([PromptRequest(0, prompt, params, f"choir-{n}-{i}")], n)
         outputs = await aggregator.collect(choices)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -78,6 +79,7 @@ async def main(args: argparse.Namespace) -> None:
     engine_args = parse_engine_args(Settings(), on_cpu=current_platform.is_cpu())
     llm = AsyncLLM.from_engine_args(engine_args)
     engine = VllmEngine(llm, engine_args, "bench")
+    settle_after_startup()  # as Choir's engine start-up does
     results = {}
     try:
         await run_fanout(engine, 2, 8, 4, 4)  # warm-up
@@ -92,6 +94,7 @@ async def main(args: argparse.Namespace) -> None:
                           "native_cpu_ms_per_request": median(c for _, c in native),
                           "fanout_cpu_ms_per_request": median(c for _, c in choir), "rounds": args.rounds}
     finally:
+        gc.unfreeze()
         llm.shutdown()
         del engine, llm  # AsyncLLM.__del__ fails if it runs at interpreter exit
     print(f"{'n':>3} {'native tok/s':>13} {'fan-out tok/s':>14} {'ratio':>6} {'native CPU ms/req':>18} "
