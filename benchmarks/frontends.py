@@ -130,21 +130,28 @@ def scenarios(concurrencies: list[int], token_counts: list[int], requests: int) 
     return out
 
 
-async def measure_http(server: Server, scenario: Scenario) -> dict:
-    await run_scenario(server.base_url, Scenario(scenario.endpoint, scenario.n, scenario.stream, 4, 4, 8))  # warm
-    peak = _rss_mib(server.pid)
+async def run_watching_rss(pid: int, base_url: str, scenario: Scenario) -> tuple[dict, float]:
+    """`run_scenario`, and the peak RSS of process `pid` while it ran (sampled every 50 ms)."""
+    peak = _rss_mib(pid)
 
-    async def watch_rss() -> None:
+    async def watch() -> None:
         nonlocal peak
         while True:
-            peak = max(peak, _rss_mib(server.pid))
+            peak = max(peak, _rss_mib(pid))
             await asyncio.sleep(0.05)
 
-    watcher = asyncio.create_task(watch_rss())
+    watcher = asyncio.create_task(watch())
+    try:
+        return await run_scenario(base_url, scenario), peak
+    finally:
+        watcher.cancel()
+
+
+async def measure_http(server: Server, scenario: Scenario) -> dict:
+    await run_scenario(server.base_url, Scenario(scenario.endpoint, scenario.n, scenario.stream, 4, 4, 8))  # warm
     cpu_before = _cpu_seconds(server.pid)
-    result = await run_scenario(server.base_url, scenario)
+    result, peak = await run_watching_rss(server.pid, server.base_url, scenario)
     cpu = _cpu_seconds(server.pid) - cpu_before
-    watcher.cancel()
     result["frontend_cpu_ms_per_request"] = cpu * 1000 / scenario.requests
     result["server_rss_peak_mib"] = peak
     return result

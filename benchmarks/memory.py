@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import json
 
-from benchmarks.frontends import RESULTS, _rss_mib, start, stop
+from benchmarks.frontends import RESULTS, _rss_mib, run_watching_rss, start, stop
 from benchmarks.load import Scenario, run_scenario
 
 MIX = [Scenario("chat", 1, True, 16, 16, 0), Scenario("completions", 4, False, 16, 16, 0),
@@ -21,17 +21,7 @@ MIX = [Scenario("chat", 1, True, 16, 16, 0), Scenario("completions", 4, False, 1
 
 async def peak_under_streams(base_url: str, pid: int, streams: int) -> dict:
     scenario = Scenario("chat", 1, True, 128, streams, 4 * streams)
-    peak = _rss_mib(pid)
-
-    async def watch() -> None:
-        nonlocal peak
-        while True:
-            peak = max(peak, _rss_mib(pid))
-            await asyncio.sleep(0.05)
-
-    watcher = asyncio.create_task(watch())
-    result = await run_scenario(base_url, scenario)
-    watcher.cancel()
+    result, peak = await run_watching_rss(pid, base_url, scenario)
     return {"scenario": scenario.label, "peak_rss_mib": peak, "errors": result["errors"]}
 
 

@@ -16,12 +16,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import asynccontextmanager
 
 from benchmarks.frontends import RESULTS, Server, _cpu_seconds
 from benchmarks.load import Scenario, run_scenario
-from tests.integration.server import ROOT, free_port
+from tests.integration.server import ROOT, free_port, wait_until_healthy
 
 
 def create_null_app():
@@ -53,7 +52,7 @@ def start_null(tokens: int) -> Server:
                                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                                 "--no-access-log"], cwd=ROOT, env=env)
     server = Server("null", process, f"http://127.0.0.1:{port}", process.pid)
-    _wait(server.base_url)
+    wait_until_healthy(process, server.base_url)
     return server
 
 
@@ -84,19 +83,6 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "overhead.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
 
-
-def _wait(base_url: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("the null-engine server did not start")
 
 
 if __name__ == "__main__":

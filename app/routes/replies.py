@@ -16,14 +16,12 @@ def json_response(body: object, base_id: str) -> Response:
 
 async def sse_response(frames: AsyncIterator[bytes], base_id: str) -> EventStream:
     """`data:` events, one error event if the stream fails after it started, then `data: [DONE]`."""
-    first = await first_frame(frames)
-    return EventStream(first, frames, last=DONE_FRAME, error_frame=lambda exc: data_frame(error_json(exc)),
-                       headers={HEADER: base_id})
+    return await event_stream_response(frames, base_id, lambda exc: data_frame(error_json(exc)), last=DONE_FRAME)
 
 
 async def event_stream_response(frames: AsyncIterator[bytes], base_id: str,
-                                error_frame: Callable[[Exception], bytes]) -> EventStream:
-    """Named events, as the Responses API streams them: no [DONE]; a failure after the stream
-    started becomes its last event, `error_frame(exc)`."""
+                                error_frame: Callable[[Exception], bytes], last: bytes = b"") -> EventStream:
+    """Named events, as the Responses API streams them (no [DONE] unless `last` says so); a failure
+    after the stream started becomes its last event, `error_frame(exc)`."""
     first = await first_frame(frames)
-    return EventStream(first, frames, last=b"", error_frame=error_frame, headers={HEADER: base_id})
+    return EventStream(first, frames, last=last, error_frame=error_frame, headers={HEADER: base_id})

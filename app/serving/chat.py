@@ -193,9 +193,9 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
             if item := outbox.send(ready, finished):
                 yield item
     job.counts.completion_tokens = sum(generated.values())
-    if not plan.include_usage:
-        yield outbox.close()
-        return
-    counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
-    reasoning = sum(c or 0 for c in counts) if counts else None
-    yield outbox.close(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))
+    closing = []
+    if plan.include_usage:
+        counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
+        reasoning = sum(c or 0 for c in counts) if counts else None
+        closing.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))
+    yield outbox.close(*closing)
