@@ -6,15 +6,19 @@ the `OperationCompat` holding the rules its operation lists under `x-choir-rules
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import structlog
 import yaml
 
 from app.errors import APIError, bad_request
 from app.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
+log = structlog.get_logger("choir.compat")
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,24 @@ class OperationCompat:
 
     rules: dict[str, Any] = field(default_factory=dict)
 
-    def check_body(self, body: Any) -> None:
+    def check_body(self, body: Any, wire_type: type[msgspec.Struct]) -> None:
+        """Fields the profile refuses, then fields the endpoint does not know: ignored with a warning
+        that names them (as vLLM's server does), or refused (`unknown_fields: reject`)."""
+        if not isinstance(body, dict):
+            return  # not an object: parsing reports it
         rejected = self.rules.get("rejected_fields") or {}
         for name, message in rejected.items():
-            if isinstance(body, dict) and name in body:
+            if name in body:
                 raise bad_request(message, name)
+        unknown = [name for name in body if name not in known_fields(wire_type)]
+        if not unknown:
+            return
+        if self.rules.get("unknown_fields") == "reject":
+            names = ", ".join(f"`{name}`" for name in unknown)
+            raise bad_request(f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: this endpoint does not take "
+                              f"{'them' if len(unknown) > 1 else 'it'}. See GET /schema for its fields.", unknown[0])
+        if "unknown_fields" in self.rules:
+            log.warning("request fields ignored: this endpoint does not know them", fields=unknown)
 
     def check_model(self, model: str | None, served: tuple[str, ...]) -> None:
         rule = self.rules.get("unknown_model")
@@ -82,3 +99,8 @@ class OperationCompat:
     @property
     def delta_always(self) -> dict[str, Any]:
         return self.rules.get("delta_always") or {}
+
+
+@cache
+def known_fields(wire_type: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(field.encode_name for field in msgspec.structs.fields(wire_type))

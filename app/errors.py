@@ -28,6 +28,7 @@ ERROR_TYPES = {
     415: "UnsupportedMediaTypeError",
     422: "UnprocessableEntityError",
     429: "RateLimitError",
+    499: "ClientClosedRequestError",  # nginx's status for a client that left: only ever logged
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }

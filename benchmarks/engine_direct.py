@@ -19,7 +19,7 @@ async def _scenario(engine: VllmEngine, scenario: Scenario) -> dict:
     if scenario.endpoint == "chat":
         prompt = await engine.render_chat(MESSAGES, ChatTemplateOptions())
     else:
-        [prompt] = await engine.render_completion([PROMPT], detokenize=False)
+        [prompt] = await engine.render_completion([PROMPT])
     kind = RequestOutputKind.DELTA if scenario.stream else RequestOutputKind.FINAL_ONLY
     latencies, ttfts, tokens = [], [], 0
     counter = iter(range(scenario.requests))

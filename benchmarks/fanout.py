@@ -43,7 +43,7 @@ async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    [prompt] = await engine.render_completion([PROMPT], detokenize=False)
+    [prompt] = await engine.render_completion([PROMPT])
     fan_out, aggregator = FanOut(max_n=n), Aggregator(engine)
 
     async def one(i: int) -> int:

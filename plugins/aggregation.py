@@ -15,7 +15,7 @@ from typing import Any
 from msgspec import UNSET
 
 from app.errors import APIError
-from app.protocol.common import CompletionTokensDetails, Usage
+from app.protocol.common import CompletionTokensDetails, PromptTokensDetails, Usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice
 
@@ -36,10 +36,13 @@ class Aggregator:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    def _generate(self, choice: Choice) -> AsyncIterator[Any]:
+        return self.engine.generate(choice.prompt, choice.params, choice.request_id, choice.options)
+
     async def collect(self, choices: list[Choice]) -> list[Any]:
         async def final(choice: Choice) -> Any:
             last = None
-            async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
+            async for output in self._generate(choice):
                 last = output
             return _check_not_aborted(last)
 
@@ -58,7 +61,7 @@ class Aggregator:
         if len(choices) == 1:  # the common case needs no tasks or queue
             choice = choices[0]
             # aclosing: closing this stream must close (and so abort) the engine request now, not at GC.
-            async with aclosing(self.engine.generate(choice.prompt, choice.params, choice.request_id)) as outputs:
+            async with aclosing(self._generate(choice)) as outputs:
                 async for output in outputs:
                     yield [(choice, _check_not_aborted(output))]
             return
@@ -67,7 +70,7 @@ class Aggregator:
 
         async def pump(choice: Choice) -> None:
             try:
-                async for output in self.engine.generate(choice.prompt, choice.params, choice.request_id):
+                async for output in self._generate(choice):
                     queue.put_nowait((choice, _check_not_aborted(output)))
                 queue.put_nowait((choice, _DONE))
             except asyncio.CancelledError:
@@ -105,8 +108,22 @@ def prompt_tokens(choices: list[Choice]) -> int:
     return sum(len(prompt.token_ids) for prompt in {c.prompt_index: c.prompt for c in choices}.values())
 
 
-def usage(choices: list[Choice], completion_tokens: int, reasoning_tokens: int | None = None) -> Usage:
+def cached_tokens(choices: list[Choice], counts: list[int | None]) -> int | None:
+    """Prompt tokens the prefix cache held (each choice's `num_cached_tokens`), each prompt once, like
+    its tokens: the fewest any of its choices found, which is what the cache held before this request.
+    None: the engine did not say."""
+    per_prompt: dict[int, int] = {}
+    for choice, cached in zip(choices, counts, strict=True):
+        if cached is None:
+            return None
+        per_prompt[choice.prompt_index] = min(cached, per_prompt.get(choice.prompt_index, cached))
+    return sum(per_prompt.values())
+
+
+def usage(choices: list[Choice], completion_tokens: int, reasoning_tokens: int | None = None,
+          cached: int | None = None) -> Usage:
     prompt = prompt_tokens(choices)
     details = UNSET if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+    prompt_details = UNSET if cached is None else PromptTokensDetails(cached_tokens=cached)
     return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens,
-                 completion_tokens_details=details)
+                 prompt_tokens_details=prompt_details, completion_tokens_details=details)

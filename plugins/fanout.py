@@ -10,7 +10,7 @@ from typing import Any
 
 from app.errors import bad_request
 from app.protocol.common import INT64_MAX
-from plugins.engine.protocol import Prompt
+from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, Prompt
 from plugins.metrics import FANOUT_CHILDREN
 
 
@@ -22,6 +22,7 @@ class PromptRequest:
     prompt: Prompt
     params: Any  # vllm.SamplingParams with n = 1
     request_id: str
+    options: GenerateOptions = NO_OPTIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class Choice:
     prompt: Prompt
     params: Any
     request_id: str
+    options: GenerateOptions = NO_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,12 @@ class FanOut:
 
     def choices(self, requests: list[PromptRequest], n: int) -> list[Choice]:
         if n == 1:
-            return [Choice(r.prompt_index, r.prompt_index, r.prompt, r.params, r.request_id) for r in requests]
+            return [Choice(r.prompt_index, r.prompt_index, r.prompt, r.params, r.request_id, r.options)
+                    for r in requests]
         FANOUT_CHILDREN.inc(n * len(requests))
         return [
-            Choice(r.prompt_index * n + i, r.prompt_index, r.prompt, _child_params(r.params, i), f"{i}_{r.request_id}")
+            Choice(r.prompt_index * n + i, r.prompt_index, r.prompt, _child_params(r.params, i), f"{i}_{r.request_id}",
+                   r.options)
             for r in requests
             for i in range(n)
         ]

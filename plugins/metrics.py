@@ -19,6 +19,8 @@ TIME_TO_FIRST_CHUNK = Histogram("choir_time_to_first_chunk_seconds",
                                 "Streams: from request to the first event sent", ["route"], buckets=LATENCY_BUCKETS)
 FANOUT_CHILDREN = Counter("choir_fanout_children", "Child engine requests made by fan-out (n > 1)")
 STREAM_DISCONNECTS = Counter("choir_stream_disconnects", "Streams the client left before they ended")
+REQUEST_DISCONNECTS = Counter("choir_request_disconnects",
+                              "Non-streamed requests the client left before the response was ready")
 
 
 @operation("metrics")

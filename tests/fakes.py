@@ -10,7 +10,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from plugins.engine.protocol import ChatTemplateOptions, Prompt
+from plugins.engine.protocol import (
+    CHAT_RENDER,
+    COMPLETION_RENDER,
+    NO_OPTIONS,
+    ChatTemplateOptions,
+    GenerateOptions,
+    Prompt,
+    RenderOptions,
+)
 
 BOS = 0
 
@@ -28,6 +36,7 @@ class Call:
     prompt: Prompt
     params: Any
     request_id: str
+    options: GenerateOptions = NO_OPTIONS
 
 
 @dataclass
@@ -40,6 +49,7 @@ class FakeEngine:
     max_model_len: int = 64
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
+    priority_scheduling: bool = False
     tool_parser: str | None = None
     parsers: Any = None
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
@@ -47,19 +57,25 @@ class FakeEngine:
     fail_with: BaseException | None = None
     delay: float = 0.0
     calls: list[Call] = field(default_factory=list)
+    renders: list[RenderOptions] = field(default_factory=list)  # each render's options
+    templates: list[ChatTemplateOptions] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
 
-    async def render_completion(self, prompts, *, detokenize: bool) -> list[Prompt]:
+    async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
+        self.renders.append(options)
         out = []
         for p in prompts:
             ids = [BOS, *encode(p)] if isinstance(p, str) else list(p)
             out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else decode(ids), engine_input=ids))
         return out
 
-    async def render_chat(self, messages, options: ChatTemplateOptions) -> Prompt:
+    async def render_chat(self, messages, template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt:
+        self.renders.append(options)
+        self.templates.append(template)
         text = "".join(f"<{m['role']}>{_text(m.get('content'))}" for m in messages)
-        if options.add_generation_prompt:
+        if template.add_generation_prompt:
             text += "<assistant>"
         ids = [BOS, *encode(text)]
         return Prompt(token_ids=ids, text=text, engine_input=ids)
@@ -67,11 +83,15 @@ class FakeEngine:
     def token_strings(self, token_ids: list[int]) -> list[str]:
         return ["<s>" if i == BOS else decode([i]) for i in token_ids]
 
-    async def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]:
+    def detokenize(self, token_ids: list[int]) -> str:
+        return decode(token_ids)
+
+    async def generate(self, prompt: Prompt, params: Any, request_id: str,
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:
         from vllm.outputs import CompletionOutput, RequestOutput
         from vllm.sampling_params import RequestOutputKind
 
-        self.calls.append(Call(prompt, params, request_id))
+        self.calls.append(Call(prompt, params, request_id, options))
         if self.fail_with is not None:
             raise self.fail_with
         pieces = self.script(decode(prompt.token_ids), params)[: params.max_tokens]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from plugins.engine.protocol import EngineDead
+from plugins.engine.protocol import NO_OPTIONS, EngineDead
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -151,8 +151,8 @@ def test_error_after_the_stream_started_is_one_error_event_then_done(client, fak
 
     original = fake_engine.generate
 
-    async def failing_generate(prompt, params, request_id):
-        async for output in original(prompt, params, request_id):
+    async def failing_generate(prompt, params, request_id, options=NO_OPTIONS):
+        async for output in original(prompt, params, request_id, options):
             yield output
             raise EngineDead("engine died mid-stream")
 

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from plugins.engine.protocol import NO_OPTIONS
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -118,11 +119,11 @@ def test_a_failing_child_fails_the_response_and_aborts_its_siblings(client, fake
     original = fake_engine.generate
     fake_engine.delay = 0.01
 
-    async def generate(prompt, params, request_id):
+    async def generate(prompt, params, request_id, options=NO_OPTIONS):
         if request_id.startswith("1_"):
             await asyncio.sleep(0.005)
             raise ValueError("child 1 is invalid")
-        async for output in original(prompt, params, request_id):
+        async for output in original(prompt, params, request_id, options):
             yield output
 
     fake_engine.generate = generate
@@ -136,9 +137,9 @@ def test_a_failing_child_mid_stream_is_one_error_event_then_done(client, fake_en
     original = fake_engine.generate
     fake_engine.delay = 0.01
 
-    async def generate(prompt, params, request_id):
+    async def generate(prompt, params, request_id, options=NO_OPTIONS):
         count = 0
-        async for output in original(prompt, params, request_id):
+        async for output in original(prompt, params, request_id, options):
             yield output
             count += 1
             if request_id.startswith("1_") and count == 2:

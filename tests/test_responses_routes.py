@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from plugins.engine.protocol import NO_OPTIONS
 from tests.sse import sse_payloads
 
 PATH = "/v1/responses"
@@ -98,8 +99,8 @@ def test_text_format_json_schema_reaches_the_engine(client, fake_engine):
 def test_engine_failure_mid_stream_is_response_failed(client, fake_engine):
     original = fake_engine.generate
 
-    async def generate(prompt, params, request_id):
-        async for output in original(prompt, params, request_id):
+    async def generate(prompt, params, request_id, options=NO_OPTIONS):
+        async for output in original(prompt, params, request_id, options):
             yield output
             raise RuntimeError("engine broke")
 

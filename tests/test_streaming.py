@@ -11,6 +11,7 @@ from app.protocol.common import Usage
 from app.protocol.completions import CompletionChoice, CompletionChunk
 from app.serving.streaming import ChunkFrames, data_frame
 from plugins.aggregation import Aggregator
+from plugins.engine.protocol import NO_OPTIONS
 from plugins.fanout import FanOut, PromptRequest
 from tests.fakes import FakeEngine
 
@@ -50,8 +51,8 @@ class LockstepEngine(FakeEngine):
         self.next_step.set_result(None)  # wakes every child in this loop iteration, before the consumer
         self.next_step = None
 
-    async def generate(self, prompt, params, request_id):
-        async for output in super().generate(prompt, params, request_id):
+    async def generate(self, prompt, params, request_id, options=NO_OPTIONS):
+        async for output in super().generate(prompt, params, request_id, options):
             if self.next_step is None:
                 self.next_step = asyncio.get_running_loop().create_future()
             await self.next_step
@@ -63,7 +64,7 @@ async def test_one_engine_step_of_every_choice_is_one_batch():
     from vllm.sampling_params import RequestOutputKind
 
     engine = LockstepEngine()
-    [prompt] = await engine.render_completion(["x"], detokenize=False)
+    [prompt] = await engine.render_completion(["x"])
     params = SamplingParams(max_tokens=3, output_kind=RequestOutputKind.DELTA)
     choices = FanOut().choices([PromptRequest(0, prompt, params, "r")], 3)
     batches = Aggregator(engine).merge(choices)

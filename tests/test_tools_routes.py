@@ -73,16 +73,8 @@ def test_parallel_tool_calls_false_allows_one_call(client, fake_engine):
 
 
 def test_tools_reach_the_chat_template(client, fake_engine):
-    rendered = []
-    original = fake_engine.render_chat
-
-    async def render_chat(messages, options):
-        rendered.append(options.kwargs)
-        return await original(messages, options)
-
-    fake_engine.render_chat = render_chat
     client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"})
-    assert [t["function"]["name"] for t in rendered[0]["tools"]] == ["get_weather", "get_time"]
+    assert [t["function"]["name"] for t in fake_engine.templates[0].kwargs["tools"]] == ["get_weather", "get_time"]
 
 
 def test_required_cut_short_is_text_not_a_broken_call(client, fake_engine):

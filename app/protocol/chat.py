@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from app.protocol.common import FinishReason, MaxTokens, SamplingFields, Usage
+from app.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
 
 
 class TextPart(msgspec.Struct, tag_field="type", tag="text"):
@@ -70,6 +70,7 @@ class JsonSchemaFormat(msgspec.Struct, tag_field="type", tag="json_schema", kw_o
 
 
 ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -85,6 +86,16 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's chat extras
+    reasoning_effort: ReasoningEffort | None = None  # a chat template kwarg; "none" also sets enable_thinking false
+    include_reasoning: bool = True  # false: the reasoning is generated, counted and dropped
+    documents: list[dict[str, str]] | None = None  # for chat templates that take documents (RAG)
+    # vLLM chat fields Choir does not serve: accepted at their defaults, refused otherwise
+    echo: bool = False
+    chat_template: str | None = None
+    media_io_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    return_prompt_text: bool | None = None
 
 
 class TopLogprob(msgspec.Struct):
@@ -129,6 +140,7 @@ class ChatChoice(msgspec.Struct):
     logprobs: ChatLogprobs | None
     finish_reason: FinishReason | None
     stop_reason: int | str | None = None
+    token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`
 
 
 class ChatCompletionResponse(msgspec.Struct, kw_only=True):
@@ -139,6 +151,8 @@ class ChatCompletionResponse(msgspec.Struct, kw_only=True):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: str | UnsetType = UNSET  # sent only where the compat profile says so
+    prompt_token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET  # with `prompt_logprobs`
 
 
 class DeltaFunctionCall(msgspec.Struct, omit_defaults=True):
@@ -170,6 +184,7 @@ class ChatChunkChoice(msgspec.Struct):
     delta: Delta
     logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None = None
+    token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`: this chunk's tokens
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True):
@@ -180,3 +195,4 @@ class ChatCompletionChunk(msgspec.Struct, kw_only=True):
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     system_fingerprint: str | UnsetType = UNSET
+    prompt_token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`: on each choice's first chunk

@@ -5,7 +5,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from app.protocol.common import FinishReason, MaxTokens, SamplingFields, Usage
+from app.protocol.chat import ResponseFormat
+from app.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -16,6 +17,8 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: Annotated[int, Meta(ge=0)] | None = None
     echo: bool = False
     suffix: str | None = None
+    response_format: ResponseFormat | None = None  # vLLM takes it on completions too
+    prompt_embeds: Any = None  # vLLM's; not served (refused when set)
 
 
 class CompletionLogprobs(msgspec.Struct):
@@ -31,6 +34,10 @@ class CompletionChoice(msgspec.Struct):
     logprobs: CompletionLogprobs | None
     finish_reason: FinishReason | None
     stop_reason: int | str | None = None
+    # Only when asked for: `return_token_ids` (streamed: prompt_token_ids on a choice's first chunk), `prompt_logprobs`.
+    token_ids: list[int] | UnsetType = UNSET
+    prompt_token_ids: list[int] | UnsetType = UNSET
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET
 
 
 class CompletionResponse(msgspec.Struct, kw_only=True):

@@ -16,6 +16,7 @@ from litestar import Response
 from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Send
 
+from app.routes.disconnect import DisconnectWatch
 from app.serving.streaming import Final
 from plugins.metrics import STREAM_DISCONNECTS
 
@@ -51,7 +52,7 @@ class _ASGIEventStream(ASGIResponse):
 
     async def send_body(self, send: Send, receive: Receive) -> None:
         task = asyncio.current_task()
-        watch = _DisconnectWatch(receive, task)
+        watch = DisconnectWatch(receive, task)
         try:
             await self._send_frames(send)
         except asyncio.CancelledError:
@@ -74,27 +75,3 @@ class _ASGIEventStream(ASGIResponse):
                 log.warning("stream failed", error=str(exc))
                 frame = Final(stream.error_frame(exc))
         await send({"type": "http.response.body", "body": frame + stream.last, "more_body": False})
-
-
-class _DisconnectWatch:
-    """Cancels `task` when the client disconnects, until stopped."""
-
-    __slots__ = ("left", "stopped", "watcher")
-
-    def __init__(self, receive: Receive, task: asyncio.Task) -> None:
-        self.left = self.stopped = False
-        self.watcher = asyncio.ensure_future(self._watch(receive, task))
-
-    async def _watch(self, receive: Receive, task: asyncio.Task) -> None:
-        try:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-        except Exception:  # a server whose receive fails once the response is over: nothing to watch
-            return
-        if not self.stopped:  # uvicorn also says "disconnect" once the response is complete
-            self.left = True
-            task.cancel()
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.watcher.cancel()

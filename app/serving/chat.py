@@ -2,7 +2,7 @@
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -21,16 +21,25 @@ from app.protocol.chat import (
     Delta,
     ImagePart,
 )
+from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.chat_output import ChoiceOutput, MessageParts
 from app.serving.jobs import Job
-from app.serving.logprobs import chat_logprobs
+from app.serving.logprobs import chat_logprobs, prompt_logprobs
 from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
-from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
+from app.serving.sampling import (
+    build_sampling_params,
+    check_prompt_fits,
+    check_prompt_logprobs,
+    generate_options,
+    render_options,
+    resolve_max_tokens,
+)
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
-from plugins.aggregation import Aggregator, usage
+from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
+from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import ChatTemplateOptions, Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
 
@@ -43,9 +52,11 @@ class ChatJob(Job):
     tools: ToolPlan
     parsers: ParserSet | None = None
     parser_request: Any = None  # the request as vLLM's parsers expect it
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # what the chat template (and parsers) saw
 
     def output(self) -> ChoiceOutput:
-        return ChoiceOutput(self.tools, self.parsers, self.parser_request)
+        return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
+                            self.choices[0].prompt.token_ids, self.request.include_reasoning)
 
     def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
         if parts is not None:
@@ -57,8 +68,13 @@ class ChatJob(Job):
                 fields["tool_calls"] = parts.tool_calls
         return Delta(**{**self.delta_always, **fields})
 
+    def shows_tokens(self, reader: ChoiceOutput) -> bool:
+        """include_reasoning false hides a reasoning choice's tokens and logprobs too: they hold the reasoning."""
+        return self.request.include_reasoning or not reader.reasons
+
 
 def _check_unsupported(request: ChatCompletionRequest) -> None:
+    refuse_unserved(request, CHAT_UNSERVED)
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.content if isinstance(message.content, list) else []):
             if isinstance(part, ImagePart):
@@ -72,41 +88,73 @@ def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
     return _without_none(msgspec.to_builtins(request.messages))
 
 
+def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
+    """What the chat template is given besides the messages, as vLLM's server gives it: the request's
+    kwargs, the tools, `documents`, and `reasoning_effort` (which also sets `enable_thinking`)."""
+    kwargs = dict(request.chat_template_kwargs or {})
+    if tools.template_tools:
+        kwargs.setdefault("tools", tools.template_tools)
+    if request.documents is not None:
+        kwargs["documents"] = request.documents
+    if request.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning_effort
+        kwargs.setdefault("enable_thinking", request.reasoning_effort != "none")
+    return kwargs
+
+
 async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest,
                     response_id: str, created: int) -> ChatJob:
     model = check_common(engine, compat, request)
-    fan_out.check(request.n, request.seed)
+    candidates = best_of_candidates(request)
+    fan_out.check(candidates or request.n, request.seed)
     _check_unsupported(request)
+    wanted_prompt_logprobs = check_prompt_logprobs(request)
     tools = plan_tools(request, engine.tool_parser)
-    template_kwargs = dict(request.chat_template_kwargs or {})
-    if tools.template_tools:
-        template_kwargs.setdefault("tools", tools.template_tools)
-    options = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
-                                  continue_final_message=request.continue_final_message, kwargs=template_kwargs)
-    try:
-        prompt = await engine.render_chat(_messages(request), options)
-    except (ValueError, TypeError) as exc:
-        message = f"The messages cannot be rendered with the model's chat template: {exc}"
-        raise bad_request(message, "messages") from None
-    check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
+    kwargs = template_kwargs(request, tools)
+    template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
+                                   continue_final_message=request.continue_final_message, kwargs=kwargs)
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
     else:
         requested, param = request.max_tokens, "max_tokens"
     if requested == 0:
         raise bad_request(f"{param} must be at least 1.", param)
+    render = render_options(request, chat=True, max_model_len=engine.max_model_len, max_tokens=requested)
+    try:
+        prompt = await engine.render_chat(_messages(request), template, render)
+    except (ValueError, TypeError) as exc:
+        message = f"The messages cannot be rendered with the model's chat template: {exc}"
+        raise bad_request(message, "messages") from None
+    check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    params = build_sampling_params(request, max_tokens=max_tokens, logprobs=logprobs,
-                                   defaults=engine.default_sampling_params,
-                                   structured_outputs=structured_outputs(request, tools))
-    single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id)
-    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    constraint = structured_outputs(request, tools.schema)
+    params = build_sampling_params(request, max_tokens=max_tokens, logprobs=ranking_logprobs(logprobs, candidates),
+                                   prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
+                                   structured_outputs=constraint)
     parsers = engine.parsers
+    options = generate_options(request, engine.priority_scheduling,
+                               *_reasoning_for_engine(request, parsers, kwargs, prompt.token_ids, constraint))
+    single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id, options=options)
+    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
     return ChatJob(request=request, model=model, response_id=response_id, created=created,
-                   choices=fan_out.choices([single], request.n), system_fingerprint=fingerprint,
-                   delta_always=compat.delta_always, reasoning_field=compat.reasoning_field, tools=tools,
-                   parsers=parsers, parser_request=_parser_request(request, model) if parsers else None)
+                   choices=fan_out.choices([single], candidates or request.n), system_fingerprint=fingerprint,
+                   keep=request.n if candidates else None, delta_always=compat.delta_always,
+                   reasoning_field=compat.reasoning_field, tools=tools, parsers=parsers,
+                   parser_request=_parser_request(request, model) if parsers else None, template_kwargs=kwargs)
+
+
+def _reasoning_for_engine(request: ChatCompletionRequest, parsers: ParserSet | None, kwargs: dict[str, Any],
+                          prompt_ids: list[int], constraint: Any) -> tuple[bool | None, dict[str, Any] | None]:
+    """With a reasoning parser the engine constrains only what follows the reasoning: tell it what
+    vLLM's server tells it, whether the prompt already ended the reasoning, and the template kwargs
+    its own parser needs (`reasoning_ended`, `reasoning_parser_kwargs`). include_reasoning false
+    constrains from the first token."""
+    if constraint is None or parsers is None or parsers.reasoning is None:
+        return None, None
+    if not request.include_reasoning:
+        return True, {"chat_template_kwargs": kwargs}
+    return parsers.reasoning_parser(kwargs).is_reasoning_end(list(prompt_ids)), {"chat_template_kwargs": kwargs}
 
 
 def _parser_request(request: ChatCompletionRequest, model: str) -> Any:
@@ -125,33 +173,45 @@ def _without_none(value: Any) -> Any:
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
-    if not job.request.logprobs:
+    request = job.request
+    if not request.logprobs:
         return None
-    return ChatLogprobs(content=chat_logprobs(completion.token_ids, completion.logprobs or [],
-                                              job.request.top_logprobs or 0))
+    top = None if request.logprob_token_ids else (request.top_logprobs or 0)  # those ids are all returned
+    return ChatLogprobs(content=chat_logprobs(completion.token_ids, completion.logprobs or [], top,
+                                              bool(request.return_tokens_as_token_ids)))
 
 
 async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionResponse:
     outputs = await aggregator.collect(job.choices)
-    choices = []
-    completion_tokens = 0
+    request = job.request
+    job.counts.completion_tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+    cached = cached_tokens(job.choices, [output.num_cached_tokens for output in outputs])
+    choices, kept = (job.choices, outputs) if job.keep is None else keep_best(job.choices, outputs, job.keep)
+    rendered = []
     reasoning_tokens = None
-    for choice, output in zip(job.choices, outputs, strict=True):
+    for choice, output in zip(choices, kept, strict=True):
         completion = output.outputs[0]
-        completion_tokens += len(completion.token_ids)
         reader = job.output()
         parts = reader.whole(completion.text)
         message = AssistantMessage(content=parts.content, tool_calls=parts.tool_calls or UNSET)
         if reader.reasons:
             setattr(message, job.reasoning_field, parts.reasoning)
-            counted = reader.reasoning_tokens(list(completion.token_ids), parts.reasoning)
+            counted = reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning)
             reasoning_tokens = (reasoning_tokens or 0) + (counted or 0)
-        choices.append(ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion),
-                                  finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
-                                  stop_reason=completion.stop_reason))
-    job.counts.completion_tokens = completion_tokens
-    return ChatCompletionResponse(**job.envelope, choices=choices,
-                                  usage=usage(job.choices, completion_tokens, reasoning_tokens))
+        shown = job.shows_tokens(reader)
+        answer = ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion) if shown else None,
+                            finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
+                            stop_reason=completion.stop_reason)
+        if request.return_token_ids and shown:
+            answer.token_ids = list(completion.token_ids)
+        rendered.append(answer)
+    response = ChatCompletionResponse(**job.envelope, choices=rendered,
+                                      usage=usage(job.choices, job.counts.completion_tokens, reasoning_tokens, cached))
+    if request.return_token_ids:
+        response.prompt_token_ids = list(job.choices[0].prompt.token_ids)
+    if request.prompt_logprobs is not None:
+        response.prompt_logprobs = prompt_logprobs(outputs[0].prompt_logprobs)
+    return response
 
 
 def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None:
@@ -162,7 +222,9 @@ def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None
 async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
     """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
+    request = job.request
     generated = {choice.index: 0 for choice in job.choices}
+    cached: dict[int, int | None] = {}
     readers = {choice.index: job.output() for choice in job.choices}  # per-choice parser state
     frames, outbox = ChunkFrames(ChatCompletionChunk, job.envelope), Outbox(len(job.choices))
     started: set[int] = set()
@@ -174,22 +236,28 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
         async for batch in batches:
             ready, finished = [], 0
             for choice, output in batch:
+                reader = readers[choice.index]
+                shown = job.shows_tokens(reader)
                 if choice.index not in started:
                     started.add(choice.index)
-                    ready.append(frame(choice, ChatChunkChoice(index=choice.index,
-                                                               delta=job.delta(role="assistant", content=""))))
+                    cached[choice.index] = output.num_cached_tokens
+                    ready.append(_first_frame(job, frames, choice))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
                 finished += output.finished
-                if not completion.text and completion.finish_reason is None and not job.request.logprobs:
+                token_ids = request.return_token_ids and shown and bool(completion.token_ids)
+                logprobs = request.logprobs and shown
+                if not completion.text and completion.finish_reason is None and not (logprobs or token_ids):
                     continue
-                reader = readers[choice.index]
                 parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
-                if not parts and completion.finish_reason is None and not job.request.logprobs:
+                if not parts and completion.finish_reason is None and not (logprobs or token_ids):
                     continue  # held back: e.g. the start of what may be a tool-call marker
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
-                ready.append(frame(choice, ChatChunkChoice(index=choice.index, delta=job.delta(parts),
-                                                           logprobs=_logprobs(job, completion), finish_reason=finish)))
+                chunk = ChatChunkChoice(index=choice.index, delta=job.delta(parts),
+                                        logprobs=_logprobs(job, completion) if shown else None, finish_reason=finish)
+                if token_ids:
+                    chunk.token_ids = list(completion.token_ids)
+                ready.append(frame(choice, chunk))
             if item := outbox.send(ready, finished):
                 yield item
     job.counts.completion_tokens = sum(generated.values())
@@ -197,5 +265,14 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
     if plan.include_usage:
         counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
         reasoning = sum(c or 0 for c in counts) if counts else None
-        closing.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning)))
+        prompt_cached = cached_tokens(job.choices, [cached.get(choice.index) for choice in job.choices])
+        closing.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning, prompt_cached)))
     yield outbox.close(*closing)
+
+
+def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice) -> bytes:
+    """A choice's role chunk; with return_token_ids it also carries the prompt's token ids."""
+    first = ChatChunkChoice(index=choice.index, delta=job.delta(role="assistant", content=""))
+    if not job.request.return_token_ids:
+        return frames.frame(first)
+    return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids))

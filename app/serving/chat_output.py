@@ -1,8 +1,10 @@
 """How one choice's generated text becomes message parts: content, reasoning and tool calls.
 
-A forced tool (`required`, named) is read by its structured-output reader (app/serving/tools.py);
-otherwise the configured vLLM parsers read it (app/serving/parsers.py); with neither, all is content.
-Each choice gets its own `ChoiceOutput`, so parser state is never shared between choices.
+The configured vLLM parsers (app/serving/parsers.py) read reasoning and, for `tool_choice: auto`,
+tool calls; what they call content is then read by a forced tool's structured-output reader
+(`required`, named: app/serving/tools.py), since the engine constrains only what follows the
+reasoning. With no parser, all is content. Each choice gets its own `ChoiceOutput`, so parser
+state is never shared between choices.
 """
 
 from dataclasses import dataclass, field
@@ -31,12 +33,17 @@ def _join(a: str | None, b: str | None) -> str | None:
 
 
 class ChoiceOutput:
-    def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any) -> None:
+    def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any,
+                 template_kwargs: dict[str, Any] | None = None, prompt_ids: list[int] | None = None,
+                 include_reasoning: bool = True) -> None:
         self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
-        if self.reader is None and parsers is not None:
-            self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto")
+        if parsers is not None:
+            self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto",
+                                             template_kwargs=template_kwargs, prompt_ids=prompt_ids)
+        self.include_reasoning = include_reasoning  # false: the reasoning is read, and dropped
+        self.read_reasoning: str | None = None  # what the whole text had, shown or not (it is counted)
         self.called = False
 
     @property
@@ -45,23 +52,23 @@ class ChoiceOutput:
         return self.parser is not None and self.parser.has_reasoning
 
     def whole(self, text: str) -> MessageParts:
-        if self.reader is not None:
-            content, calls = self.reader.complete(text)
-            parts = MessageParts(content=content, tool_calls=calls)
-        elif self.parser is not None:
+        if self.parser is not None:
             parsed = self.parser.complete(text)
             parts = MessageParts(parsed.content, parsed.reasoning, parsed.tool_calls)
         else:
             parts = MessageParts(content=text)
+        if self.reader is not None:
+            parts.content, parts.tool_calls = self.reader.complete(parts.content or "")
         if self.single_call:
             parts.tool_calls = parts.tool_calls[:1]
+        self.read_reasoning = parts.reasoning
+        if not self.include_reasoning:
+            parts.reasoning = None
         self.called = bool(parts.tool_calls)
         return parts
 
     def delta(self, text: str, token_ids: list[int], finished: bool) -> MessageParts:
-        if self.reader is not None:
-            parts = MessageParts(tool_calls=self.reader.feed(text))
-        elif self.parser is not None:
+        if self.parser is not None:
             parsed = self.parser.feed(text, token_ids)
             parts = MessageParts(parsed.content, parsed.reasoning, parsed.tool_calls)
             if finished:
@@ -69,6 +76,11 @@ class ChoiceOutput:
                 parts = parts.extend(MessageParts(rest.content, rest.reasoning, rest.tool_calls))
         else:
             parts = MessageParts(content=text or None)
+        if self.reader is not None:
+            calls = self.reader.feed(parts.content or "") if (parts.content or finished) else []
+            parts.content, parts.tool_calls = None, calls
+        if not self.include_reasoning:
+            parts.reasoning = None
         if self.single_call:
             parts.tool_calls = [call for call in parts.tool_calls if call.index == 0]
         self.called = self.called or bool(parts.tool_calls)

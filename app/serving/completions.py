@@ -7,12 +7,21 @@ from dataclasses import dataclass
 from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
+from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.jobs import Job
 from app.serving.logprobs import CompletionLogprobsBuilder
 from app.serving.prompts import check_common, completion_prompts
-from app.serving.sampling import build_sampling_params, check_prompt_fits, resolve_max_tokens
+from app.serving.sampling import (
+    build_sampling_params,
+    check_prompt_fits,
+    check_prompt_logprobs,
+    generate_options,
+    render_options,
+    resolve_max_tokens,
+)
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from plugins.aggregation import Aggregator, usage
+from app.serving.structured import structured_outputs
+from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice, FanOut, PromptRequest
 
@@ -26,29 +35,38 @@ class CompletionJob(Job):
 async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: CompletionRequest,
                           response_id: str, created: int) -> CompletionJob:
     model = check_common(engine, compat, request)
-    fan_out.check(request.n, request.seed)
+    candidates = best_of_candidates(request)
+    fan_out.check(candidates or request.n, request.seed)
     if request.suffix is not None:
         raise bad_request("suffix is not supported: this server has no fill-in-the-middle model.", "suffix")
     requested = 16 if request.max_tokens is None else request.max_tokens
     if requested == 0 and not request.echo:
         raise bad_request("max_tokens must be at least 1 (0 is allowed only with echo).", "max_tokens")
     raw_prompts = completion_prompts(request.prompt)
-    fan_out.check_prompts(len(raw_prompts), request.n)
-    prompts = await engine.render_completion(raw_prompts, detokenize=request.echo)
+    fan_out.check_prompts(len(raw_prompts), candidates or request.n)
+    wanted_prompt_logprobs = check_prompt_logprobs(request)
+    if wanted_prompt_logprobs is None and request.echo and request.logprobs is not None:
+        wanted_prompt_logprobs = request.logprobs  # echoed tokens get logprobs too
+    render = render_options(request, chat=False, max_model_len=engine.max_model_len, max_tokens=requested,
+                            detokenize=request.echo)
+    prompts = await engine.render_completion(raw_prompts, render)
+    constraint = structured_outputs(request)
+    options = generate_options(request, engine.priority_scheduling)
     requests = []
     for index, prompt in enumerate(prompts):
         check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "prompt")
         max_tokens = resolve_max_tokens(max(requested, 1), len(prompt.token_ids), engine.max_model_len, "max_tokens")
         params = build_sampling_params(
-            request, max_tokens=max_tokens, logprobs=request.logprobs,
-            prompt_logprobs=request.logprobs if request.echo and request.logprobs is not None else None,
-            defaults=engine.default_sampling_params)
+            request, max_tokens=max_tokens, logprobs=ranking_logprobs(request.logprobs, candidates),
+            prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
+            structured_outputs=constraint)
         request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
-        requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id))
+        requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id,
+                                      options=options))
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
     return CompletionJob(request=request, model=model, response_id=response_id, created=created,
-                         choices=fan_out.choices(requests, request.n), system_fingerprint=fingerprint,
-                         echo_only=requested == 0)
+                         choices=fan_out.choices(requests, candidates or request.n), system_fingerprint=fingerprint,
+                         echo_only=requested == 0, keep=request.n if candidates else None)
 
 
 class _ChoiceText:
@@ -58,7 +76,9 @@ class _ChoiceText:
 
     def __init__(self, job: CompletionJob, choice: Choice, engine: Engine) -> None:
         self.job, self.choice, self.engine = job, choice, engine
-        self.logprobs = CompletionLogprobsBuilder() if job.request.logprobs is not None else None
+        request = job.request
+        self.logprobs = None if request.logprobs is None else \
+            CompletionLogprobsBuilder(as_token_ids=bool(request.return_tokens_as_token_ids))
         self.started = False
 
     def render(self, output, prompt_logprobs) -> CompletionChoice:
@@ -79,9 +99,17 @@ class _ChoiceText:
                 logprobs = self.logprobs.build(text, token_ids, positions, fallback)
         if logprobs is None and self.logprobs is not None:
             logprobs = self.logprobs.build(text, token_ids, positions or [])
+        rendered = CompletionChoice(index=self.choice.index, text=text, logprobs=logprobs,
+                                    finish_reason=finish_reason, stop_reason=completion.stop_reason)
+        request = self.job.request
+        if request.return_token_ids:
+            rendered.token_ids = [] if self.job.echo_only else list(completion.token_ids)
+            if not self.started:
+                rendered.prompt_token_ids = list(self.choice.prompt.token_ids)
+        if request.prompt_logprobs is not None and not self.started:
+            rendered.prompt_logprobs = prompt_logprobs(prompt_logprobs)
         self.started = True
-        return CompletionChoice(index=self.choice.index, text=text, logprobs=logprobs,
-                                finish_reason=finish_reason, stop_reason=completion.stop_reason)
+        return rendered
 
 
 def _completion_tokens(job: CompletionJob, output) -> int:
@@ -90,11 +118,15 @@ def _completion_tokens(job: CompletionJob, output) -> int:
 
 async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> CompletionResponse:
     outputs = await aggregator.collect(job.choices)
-    choices = [_ChoiceText(job, choice, engine).render(output, output.prompt_logprobs)
-               for choice, output in zip(job.choices, outputs, strict=True)]
     completion_tokens = job.counts.completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
-    return CompletionResponse(**job.envelope, choices=choices,
-                              usage=usage(job.choices, completion_tokens))
+    cached = cached_tokens(job.choices, [output.num_cached_tokens for output in outputs])
+    choices = job.choices
+    if job.keep is not None:
+        choices, outputs = keep_best(choices, outputs, job.keep)
+    rendered = [_ChoiceText(job, choice, engine).render(output, output.prompt_logprobs)
+                for choice, output in zip(choices, outputs, strict=True)]
+    return CompletionResponse(**job.envelope, choices=rendered, usage=usage(job.choices, completion_tokens,
+                                                                            cached=cached))
 
 
 async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> AsyncIterator[bytes]:
@@ -102,22 +134,28 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}
     generated = dict.fromkeys(states, 0)
+    cached: dict[int, int | None] = {}  # per choice, from its first output
     frames, outbox = ChunkFrames(CompletionChunk, job.envelope), Outbox(len(job.choices))
 
     async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
         async for batch in batches:
             ready, finished = [], 0
             for choice, output in batch:
+                cached.setdefault(choice.index, output.num_cached_tokens)
                 rendered = states[choice.index].render(output, output.prompt_logprobs)
                 generated[choice.index] += _completion_tokens(job, output)
                 finished += output.finished
                 has_logprobs = bool(rendered.logprobs and rendered.logprobs.tokens)
-                if not rendered.text and rendered.finish_reason is None and not has_logprobs:
+                if not (rendered.text or rendered.finish_reason or has_logprobs or rendered.token_ids):
                     continue
                 running = usage([choice], generated[choice.index]) if plan.continuous_usage else None
                 ready.append(frames.frame(rendered, running))
             if item := outbox.send(ready, finished):
                 yield item
     job.counts.completion_tokens = sum(generated.values())
-    usage_frame = frames.usage_frame(usage(job.choices, job.counts.completion_tokens)) if plan.include_usage else b""
-    yield outbox.close(usage_frame)
+    closing = b""
+    if plan.include_usage:
+        counts = [cached.get(choice.index) for choice in job.choices]
+        closing = frames.usage_frame(usage(job.choices, job.counts.completion_tokens,
+                                           cached=cached_tokens(job.choices, counts)))
+    yield outbox.close(closing)

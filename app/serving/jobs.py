@@ -15,6 +15,7 @@ class Job:
     created: int
     choices: list[Choice]
     system_fingerprint: str | None = None  # set where the compat profile includes it
+    keep: int | None = None  # best_of: the choices are candidates, of which this many per prompt are returned
     counts: TokenCounts = field(default_factory=TokenCounts)
 
     def __post_init__(self) -> None:

@@ -38,10 +38,21 @@ class ParserSet:
         return cls(tokenizer, _lookup(ReasoningParserManager, reasoning, "CHOIR_REASONING_PARSER"),
                    _lookup(ToolParserManager, tool, "CHOIR_TOOL_PARSER"))
 
-    def for_choice(self, request: Any, use_tools: bool) -> "ChoiceParser | None":
-        reasoning = self.reasoning(self.tokenizer) if self.reasoning else None
-        tool = self.tool(self.tokenizer) if (self.tool and use_tools) else None
-        return ChoiceParser(reasoning, tool, request) if (reasoning or tool) else None
+    def for_choice(self, request: Any, use_tools: bool, template_kwargs: dict[str, Any] | None = None,
+                   prompt_ids: list[int] | None = None) -> "ChoiceParser | None":
+        """A choice's parsers, built as vLLM's server builds them: the reasoning parser sees the chat
+        template kwargs (Qwen3 reads `enable_thinking` there), the tool parser the request's tools."""
+        reasoning = self.reasoning_parser(template_kwargs) if self.reasoning else None
+        tool = self.tool(self.tokenizer, request.tools) if (self.tool and use_tools) else None
+        if not (reasoning or tool):
+            return None
+        # A prompt that already ended the reasoning (a template with thinking off writes `<think></think>`)
+        # leaves none to read, whichever parser: vLLM's streaming path makes the same check.
+        ended = reasoning is not None and reasoning.is_reasoning_end(list(prompt_ids or []))
+        return ChoiceParser(reasoning, tool, request, reasoning_ended=ended)
+
+    def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:
+        return self.reasoning(self.tokenizer, chat_template_kwargs=dict(template_kwargs or {}))
 
 
 def _lookup(manager: Any, name: str | None, setting: str) -> type | None:
@@ -56,8 +67,9 @@ def _lookup(manager: Any, name: str | None, setting: str) -> type | None:
 
 
 class ChoiceParser:
-    def __init__(self, reasoning: Any, tool: Any, request: Any) -> None:
+    def __init__(self, reasoning: Any, tool: Any, request: Any, reasoning_ended: bool = False) -> None:
         self.reasoning_parser, self.tool_parser, self.request = reasoning, tool, request
+        self.reasoning_ended = reasoning_ended  # by the prompt: all the output is content
         self.text, self.ids = "", []
         self.content_text, self.content_ids = "", []
         self.sent = Parsed()  # what the stream has said, to reconcile at the end
@@ -70,7 +82,7 @@ class ChoiceParser:
 
     def complete(self, text: str) -> Parsed:
         reasoning, content = None, text
-        if self.reasoning_parser is not None:
+        if self.reasoning_parser is not None and not self.reasoning_ended:
             reasoning, content = self.reasoning_parser.extract_reasoning(text, self.request)
         calls: list[ToolCall] = []
         if self.tool_parser is not None and content:
@@ -102,7 +114,7 @@ class ChoiceParser:
         self.text, self.ids = previous + delta, [*previous_ids, *delta_ids]
         out = Parsed(content=delta)
         content_ids = delta_ids
-        if self.reasoning_parser is not None:
+        if self.reasoning_parser is not None and not self.reasoning_ended:
             message = self.reasoning_parser.extract_reasoning_streaming(
                 previous, self.text, delta, previous_ids, self.ids, delta_ids)
             out.reasoning = message.reasoning if message else None

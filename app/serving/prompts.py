@@ -5,12 +5,14 @@ from typing import Any
 from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.common import SamplingFields
+from app.serving.unserved import refuse_unserved
 from plugins.engine.protocol import Engine
 
 
 def check_common(engine: Engine, compat: OperationCompat, request: SamplingFields) -> str:
     """Validate what both endpoints share; return the model name to report."""
     compat.check_model(request.model, engine.served_model_names)
+    refuse_unserved(request)
     temperature = request.temperature
     if temperature is None:
         temperature = engine.default_sampling_params.get("temperature", 1.0)

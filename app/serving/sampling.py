@@ -1,33 +1,51 @@
-"""OpenAI request fields → vLLM `SamplingParams`, and the context-length rules around them."""
+"""OpenAI and vLLM request fields → what the engine takes: `SamplingParams`, how the prompt is
+tokenized (`RenderOptions`) and what else each engine request carries (`GenerateOptions`), with
+the context-length rules around them."""
 
 from functools import cache
 from typing import Any
 
 from app.errors import bad_request
 from app.protocol.common import SamplingFields
+from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, RenderOptions
 
 # Fields passed to SamplingParams under the same name when the request sets them.
 _OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                    "repetition_penalty", "seed")
+                    "repetition_penalty", "seed", "allowed_token_ids", "bad_words", "logprob_token_ids",
+                    "stream_interval", "watermarking")
+_CACHE_SALT_FORBIDDEN = ("@", "/", "\\", "\x00")
 
 
 @cache
-def _vllm() -> tuple[Any, Any]:
+def _vllm() -> tuple[Any, Any, Any]:
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
 
-    return SamplingParams, RequestOutputKind
+    return SamplingParams, RequestOutputKind, RepetitionDetectionParams
 
 
 def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs: int | None = None,
                           prompt_logprobs: int | None = None, defaults: dict[str, Any] | None = None,
                           structured_outputs: Any = None) -> Any:
     """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default."""
-    sampling_params, output_kind = _vllm()
+    sampling_params, output_kind, repetition_params = _vllm()
     values: dict[str, Any] = dict(defaults or {})
     values.pop("max_tokens", None)
     values.update({name: getattr(request, name) for name in _OPTIONAL_FIELDS if getattr(request, name) is not None})
     stop = request.stop
+    if request.logit_bias:
+        values["logit_bias"] = _logit_bias(request.logit_bias)
+    if request.repetition_detection is not None:
+        detection = request.repetition_detection
+        values["repetition_detection"] = repetition_params(detection.max_pattern_size, detection.min_pattern_size,
+                                                           detection.min_count)
+    if request.thinking_token_budget is not None and request.thinking_token_budget >= 0:  # -1: unlimited
+        values["thinking_token_budget"] = request.thinking_token_budget
+    if request.vllm_xargs:
+        values["extra_args"] = dict(request.vllm_xargs)
+    if request.logprob_token_ids is not None and logprobs is None:
+        raise bad_request("logprob_token_ids needs logprobs: the ids are the tokens whose logprobs are returned.",
+                          "logprob_token_ids")
     return sampling_params(
         n=1,
         max_tokens=max_tokens,
@@ -35,10 +53,12 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
         stop_token_ids=request.stop_token_ids,
         ignore_eos=request.ignore_eos,
         min_tokens=request.min_tokens,
-        logprobs=logprobs,
+        # vLLM returns the logprobs of exactly these tokens instead of the top ones
+        logprobs=None if request.logprob_token_ids else logprobs,
         prompt_logprobs=prompt_logprobs,
         include_stop_str_in_output=request.include_stop_str_in_output,
         skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
         output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
         structured_outputs=structured_outputs,
         # Built for this request alone (fan-out copies it per child), so the engine need not
@@ -46,6 +66,56 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
         skip_clone=True,
         **values,
     )
+
+
+def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
+    converted = {}
+    for token, value in bias.items():
+        try:
+            token_id = int(token)
+        except ValueError:
+            token_id = -1
+        if token_id < 0 or str(token_id) != token.strip():
+            raise bad_request(f"logit_bias keys are token ids (non-negative integers, as strings); got {token!r}.",
+                              "logit_bias")
+        converted[token_id] = value
+    return converted
+
+
+def check_prompt_logprobs(request: SamplingFields) -> int | None:
+    """`prompt_logprobs` (0 and up, or -1 for the whole vocabulary), which no stream can carry."""
+    wanted = request.prompt_logprobs
+    if wanted is not None and request.stream:
+        raise bad_request("prompt_logprobs are not available when stream is true.", "prompt_logprobs")
+    return wanted
+
+
+def render_options(request: SamplingFields, *, chat: bool, max_model_len: int, max_tokens: int | None,
+                   detokenize: bool = False) -> RenderOptions:
+    salt = request.cache_salt
+    if salt is not None and any(ch in salt for ch in _CACHE_SALT_FORBIDDEN):
+        raise bad_request("cache_salt must not contain '@', '/', '\\' or NUL.", "cache_salt")
+    if request.truncation_side is not None and request.truncate_prompt_tokens is None:
+        raise bad_request("truncation_side needs truncate_prompt_tokens: the number of prompt tokens to keep.",
+                          "truncation_side")
+    keep = request.truncate_prompt_tokens
+    if keep == -1:  # as many as leave room for the output
+        keep = max(1, max_model_len - max(max_tokens or 1, 1))
+    add_special = request.add_special_tokens if request.add_special_tokens is not None else not chat
+    return RenderOptions(add_special_tokens=add_special, detokenize=detokenize, truncate_prompt_tokens=keep,
+                         truncation_side=request.truncation_side, cache_salt=salt)
+
+
+def generate_options(request: SamplingFields, priority_scheduling: bool, reasoning_ended: bool | None = None,
+                     reasoning_parser_kwargs: dict[str, Any] | None = None) -> GenerateOptions:
+    if request.priority and not priority_scheduling:
+        # vLLM 0.32 documents this error but no longer raises it: the priority would be ignored.
+        raise bad_request("priority needs priority scheduling: start the server with `--scheduling-policy "
+                          "priority` in CHOIR_ENGINE_ARGS, or leave priority at 0.", "priority")
+    if not (request.priority or request.session_id or reasoning_ended is not None or reasoning_parser_kwargs):
+        return NO_OPTIONS
+    return GenerateOptions(priority=request.priority, session_id=request.session_id, reasoning_ended=reasoning_ended,
+                           reasoning_parser_kwargs=reasoning_parser_kwargs)
 
 
 def check_prompt_fits(prompt_tokens: int, max_model_len: int, param: str) -> None:

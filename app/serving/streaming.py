@@ -60,6 +60,10 @@ class ChunkFrames:
             return data_frame(_encode(self.chunk_type(**self.envelope, choices=[choice], usage=usage)))
         return self.head + _encode(choice) + self.tail
 
+    def frame_with(self, choice: msgspec.Struct, **fields: Any) -> bytes:
+        """A chunk whose envelope has more than the stream's (e.g. a first chunk's prompt_token_ids)."""
+        return data_frame(_encode(self.chunk_type(**self.envelope, **fields, choices=[choice])))
+
     def usage_frame(self, usage: Any) -> bytes:
         return data_frame(_encode(self.chunk_type(**self.envelope, choices=[], usage=usage)))
 

@@ -1,25 +1,52 @@
-"""Structured outputs: `response_format` (and forced tool calls) → vLLM's StructuredOutputsParams."""
+"""Structured outputs: a forced tool's schema, `response_format`, or vLLM's own `structured_outputs`
+(json, regex, choice, grammar, json_object, structural_tag) → vLLM's StructuredOutputsParams.
+At most one of the three may constrain a request."""
 
 from typing import Any
 
 from app.errors import bad_request
-from app.protocol.chat import ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat
-from app.serving.tools import ToolPlan
+from app.protocol.chat import JsonObjectFormat, JsonSchemaFormat
+from app.protocol.common import StructuredOutputs
+
+KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
-def structured_outputs(request: ChatCompletionRequest, tools: ToolPlan) -> Any:
-    response_format = request.response_format
-    if tools.schema is None and not isinstance(response_format, (JsonObjectFormat, JsonSchemaFormat)):
+def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) -> Any:
+    response_format = getattr(request, "response_format", None)
+    formatted = isinstance(response_format, (JsonObjectFormat, JsonSchemaFormat))
+    own: StructuredOutputs | None = request.structured_outputs
+    if tool_schema is None and not formatted and own is None:
         return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
 
-    if tools.schema is not None:
-        return StructuredOutputsParams(json=tools.schema)
+    if own is not None:
+        if tool_schema is not None:
+            raise bad_request("structured_outputs cannot be combined with tool_choice `required` or a named tool: "
+                              "those constrain the output to the tool call already.", "structured_outputs")
+        if formatted:
+            raise bad_request("structured_outputs and response_format both constrain the output: send one of them.",
+                              "structured_outputs")
+        return StructuredOutputsParams(**_one_constraint(own))
+    if tool_schema is not None:
+        return StructuredOutputsParams(json=tool_schema)
     if isinstance(response_format, JsonObjectFormat):
         return StructuredOutputsParams(json_object=True)
-    if isinstance(response_format, JsonSchemaFormat):
-        if response_format.json_schema.schema is None:
-            raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
-                              "output must follow.", "response_format.json_schema.schema")
-        return StructuredOutputsParams(json=response_format.json_schema.schema)
-    return None
+    if response_format.json_schema.schema is None:
+        raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
+                          "output must follow.", "response_format.json_schema.schema")
+    return StructuredOutputsParams(json=response_format.json_schema.schema)
+
+
+def _one_constraint(own: StructuredOutputs) -> dict[str, Any]:
+    given = {kind: getattr(own, kind) for kind in KINDS if getattr(own, kind) is not None}
+    if len(given) != 1:
+        found = ", ".join(given) or "none"
+        raise bad_request(f"structured_outputs takes exactly one constraint of {', '.join(KINDS)}; got {found}.",
+                          "structured_outputs")
+    [(kind, value)] = given.items()
+    if kind == "json_object" and value is not True:
+        raise bad_request("structured_outputs.json_object must be true (leave structured_outputs out for free text).",
+                          "structured_outputs.json_object")
+    if value in ("", []) or (kind == "choice" and any(not isinstance(c, str) for c in value)):
+        raise bad_request(f"structured_outputs.{kind} must not be empty.", f"structured_outputs.{kind}")
+    return given

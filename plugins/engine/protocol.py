@@ -6,7 +6,7 @@ so the seam adds no translation of its own.
 """
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 from litestar.di import NamedDependency
@@ -27,6 +27,32 @@ class ChatTemplateOptions(msgspec.Struct, frozen=True):
     kwargs: dict[str, Any] = {}
 
 
+class RenderOptions(msgspec.Struct, frozen=True):
+    """How one request's prompts are tokenized (vLLM's TokenizeParams and prompt extras)."""
+
+    add_special_tokens: bool = True  # completions' default; a chat template writes its own
+    detokenize: bool = False  # keep the prompt's text (echo)
+    truncate_prompt_tokens: int | None = None  # keep this many tokens
+    truncation_side: Literal["left", "right"] | None = None  # cut from here (None: the tokenizer's side)
+    cache_salt: str | None = None  # salts the prefix cache's keys
+
+
+class GenerateOptions(msgspec.Struct, frozen=True):
+    """What one engine request carries besides its prompt and sampling params."""
+
+    priority: int = 0  # lower runs earlier, under --scheduling-policy priority
+    session_id: str | None = None
+    # Structured outputs after reasoning (vLLM's server sends the same): True constrains from the
+    # first token; None lets the engine find the end of the reasoning itself.
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+
+
+NO_OPTIONS = GenerateOptions()
+COMPLETION_RENDER = RenderOptions()
+CHAT_RENDER = RenderOptions(add_special_tokens=False)
+
+
 class EngineDead(Exception):
     """The engine can no longer serve requests."""
 
@@ -37,17 +63,23 @@ class Engine(Protocol):
     max_model_len: int
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
+    priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     tool_parser: str | None  # the vLLM tool parser for `tool_choice: auto` (CHOIR_TOOL_PARSER)
     parsers: Any  # app.serving.parsers.ParserSet when a reasoning or tool parser is configured, else None
 
     @property
     def is_alive(self) -> bool: ...
 
-    async def render_completion(self, prompts: list[str] | list[list[int]], *, detokenize: bool) -> list[Prompt]: ...
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
 
-    async def render_chat(self, messages: list[dict[str, Any]], options: ChatTemplateOptions) -> Prompt: ...
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt: ...
 
-    def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]: ...
+    def generate(self, prompt: Prompt, params: Any, request_id: str,
+                 options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]: ...
+
+    def detokenize(self, token_ids: list[int]) -> str: ...
 
     def token_strings(self, token_ids: list[int]) -> list[str]: ...
 

@@ -10,7 +10,16 @@ from typing import Any
 import structlog
 
 from app.settings import Settings, SettingsError
-from plugins.engine.protocol import ChatTemplateOptions, EngineDead, Prompt
+from plugins.engine.protocol import (
+    CHAT_RENDER,
+    COMPLETION_RENDER,
+    NO_OPTIONS,
+    ChatTemplateOptions,
+    EngineDead,
+    GenerateOptions,
+    Prompt,
+    RenderOptions,
+)
 
 log = structlog.get_logger("choir.engine")
 
@@ -59,43 +68,60 @@ class VllmEngine:
             from app.serving.parsers import ParserSet
 
             self.parsers = ParserSet.load(engine.renderer.tokenizer, reasoning_parser, tool_parser)
+        self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         self.started_at = int(time.time())
-        # Choir checks lengths itself (clear messages, the right `param`), so vLLM's check is off.
-        self._cmpl_tokens = TokenizeParams(max_total_tokens=None, add_special_tokens=True)
-        self._cmpl_tokens_echo = TokenizeParams(max_total_tokens=None, add_special_tokens=True,
-                                                needs_detokenization=True)
-        self._chat_tokens = TokenizeParams(max_total_tokens=None, add_special_tokens=False)
+        self._tokenize_params = TokenizeParams
+        self._tokenize_cache: dict[RenderOptions, Any] = {}
 
     @property
     def is_alive(self) -> bool:
         return not self._engine.errored
 
-    async def render_completion(self, prompts: list[str] | list[list[int]], *, detokenize: bool) -> list[Prompt]:
+    def _tokenize(self, options: RenderOptions) -> Any:
+        """vLLM's TokenizeParams for these options, built once per distinct options. Choir checks
+        lengths itself (clear messages, the right `param`), so vLLM's check is off."""
+        params = self._tokenize_cache.get(options)
+        if params is None:
+            params = self._tokenize_cache[options] = self._tokenize_params(
+                max_total_tokens=None, add_special_tokens=options.add_special_tokens,
+                needs_detokenization=options.detokenize, truncate_prompt_tokens=options.truncate_prompt_tokens,
+                truncation_side=options.truncation_side)
+        return params
+
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
-        tok_params = self._cmpl_tokens_echo if detokenize else self._cmpl_tokens
-        renderer = self._engine.renderer
+        tok_params, renderer = self._tokenize(options), self._engine.renderer
+        extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
         if sum(len(p) for p in prompts) <= SMALL_PROMPT:
-            inputs = renderer.render_cmpl(dict_prompts, tok_params)
+            inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
         else:
-            inputs = await renderer.render_cmpl_async(dict_prompts, tok_params)
+            inputs = await renderer.render_cmpl_async(dict_prompts, tok_params, prompt_extras=extras)
         return [_prompt(engine_input) for engine_input in inputs]
 
-    async def render_chat(self, messages: list[dict[str, Any]], options: ChatTemplateOptions) -> Prompt:
-        kwargs = {**options.kwargs, "add_generation_prompt": options.add_generation_prompt,
-                  "continue_final_message": options.continue_final_message}
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt:
+        kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
+                  "continue_final_message": template.continue_final_message}
         params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
+        tok_params = self._tokenize(options)
+        extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
         if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
-            _, inputs = renderer.render_chat([messages], params, self._chat_tokens)
+            _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
         else:
-            _, inputs = await renderer.render_chat_async([messages], params, self._chat_tokens)
+            _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
         return _prompt(inputs[0])
 
-    async def generate(self, prompt: Prompt, params: Any, request_id: str) -> AsyncIterator[Any]:
+    async def generate(self, prompt: Prompt, params: Any, request_id: str,
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
+        extra = {} if options is NO_OPTIONS else {
+            "priority": options.priority, "session_id": options.session_id,
+            "reasoning_ended": options.reasoning_ended, "reasoning_parser_kwargs": options.reasoning_parser_kwargs}
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
-            async with aclosing(self._engine.generate(prompt.engine_input, params, request_id)) as outputs:
+            async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
                 async for output in outputs:
                     yield output
         except EngineDeadError as exc:
@@ -104,6 +130,9 @@ class VllmEngine:
     def token_strings(self, token_ids: list[int]) -> list[str]:
         tokenizer = self._engine.renderer.tokenizer
         return [tokenizer.decode([token_id]) for token_id in token_ids]
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return self._engine.renderer.tokenizer.decode(token_ids)
 
     async def abort(self, request_id: str) -> None:
         await self._engine.abort(request_id)

@@ -90,3 +90,42 @@ def test_disconnect_mid_stream_aborts_every_child_in_the_engine(server):
             break
         time.sleep(0.05)
     assert httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] == 0
+
+
+def engine_gauge(server, name: str) -> float:
+    """One of vLLM's gauges from /metrics (summed over its label sets)."""
+    lines = httpx.get(f"{server.base_url}/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{") or
+               line.startswith(name + " "))
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": PROMPT_IDS, "n": 4, "max_tokens": 1500, "ignore_eos": True}),
+    ("/v1/chat/completions", {"messages": MESSAGES, "n": 4, "max_tokens": 1500, "ignore_eos": True}),
+])
+def test_disconnect_from_a_whole_request_aborts_every_child_at_once(server, path, body):
+    """Not streamed: nothing is written until the end, yet the engine must stop when the client goes."""
+    import json
+    import socket
+
+    host, port = server.base_url.removeprefix("http://").split(":")
+    payload = json.dumps(body).encode()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        server.wait_for_unfinished(4)
+        deadline = time.monotonic() + 30
+        while engine_gauge(server, "vllm:num_requests_running") < 4:  # decoding, not only queued
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    closed = time.monotonic()
+    while engine_gauge(server, "vllm:num_requests_running") > 0 or \
+            httpx.get(f"{server.base_url}/health").json()["unfinished_requests"] > 0:
+        assert time.monotonic() - closed < 2.0, "the engine still runs the children of a request nobody reads"
+        time.sleep(0.05)
+    assert client_is_served(server)
+
+
+def client_is_served(server) -> bool:
+    reply = httpx.post(f"{server.base_url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
+    return reply.status_code == 200

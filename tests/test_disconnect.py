@@ -1,0 +1,62 @@
+"""A client that leaves a non-streamed request: every engine request behind it is aborted at once
+(as vLLM's `with_cancellation`), and the server goes on serving."""
+
+import asyncio
+import json
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.asgi import create_app
+from app.settings import Settings
+from plugins.metrics import REQUEST_DISCONNECTS
+from tests.fakes import FakeEngine, fake_engine_factory
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+SLOW = ["tok"] * 2000  # 20 s at the delay below: far longer than the test
+
+
+def http_scope(path: str) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "server": ("t", 80),
+            "client": ("c", 1), "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"gone")]}
+
+
+async def leave_after(app, engine: FakeEngine, path: str, body: dict, running: int) -> list[dict]:
+    """Send `body`, then disconnect once `running` engine requests are under way; what the app sent back."""
+    sent: list[dict] = []
+    body_sent = False
+
+    async def receive() -> dict:
+        nonlocal body_sent
+        if not body_sent:
+            body_sent = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        while len(engine.running) < running:
+            await asyncio.sleep(0.005)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(app(http_scope(path), receive, send), 10)
+    return sent
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 200}),
+    ("/v1/chat/completions", {"messages": MESSAGES, "n": 4, "max_tokens": 200}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 200}),
+])
+async def test_leaving_a_whole_request_aborts_every_engine_request(path, body):
+    engine = FakeEngine(script=lambda prompt, params: SLOW, delay=0.01, max_model_len=4000)
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine))
+    before = REQUEST_DISCONNECTS._value.get()
+    async with AsyncTestClient(app) as client:
+        choices = body.get("n", 1)
+        await leave_after(app, engine, path, body, running=choices)
+        assert engine.running == set() and len(engine.aborted) == choices
+        assert REQUEST_DISCONNECTS._value.get() == before + 1
+        # The server goes on serving.
+        engine.script = lambda prompt, params: ["ok"]
+        assert (await client.post(path, json={**body, "n": 1} if "n" in body else body)).status_code == 200
