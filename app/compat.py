@@ -60,10 +60,10 @@ class OperationCompat:
         that names them (as vLLM's server does), or refused (`unknown_fields: reject`)."""
         if not isinstance(body, dict):
             return  # not an object: parsing reports it
-        rejected = self.rules.get("rejected_fields") or {}
-        for name, message in rejected.items():
-            if name in body:
-                raise bad_request(message, name)
+        for rule in ("rejected_fields", "removed_fields"):
+            for name, message in (self.rules.get(rule) or {}).items():
+                if name in body:
+                    raise bad_request(message, name)
         unknown = [name for name in body if name not in known_fields(wire_type)]
         if not unknown:
             return

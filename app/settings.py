@@ -17,6 +17,9 @@ BUNDLED_MODEL_NAME = "choir-tiny"
 # (VLLM_CPU_KVCACHE_SPACE, GiB) small, and CUDA graphs are pointless for it.
 BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# Engine flags Choir sets from its own settings (its serving side needs the same values).
+OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
+             "--reasoning-parser": "CHOIR_REASONING_PARSER"}
 
 
 class SettingsError(ValueError):
@@ -50,8 +53,11 @@ class Settings:
     def engine_argv(self, platform_defaults: tuple[str, ...] = ()) -> list[str]:
         """The engine's flags in vLLM CLI syntax: Choir's defaults first, so the user's win."""
         model_defaults = BUNDLED_MODEL_ENGINE_ARGS if self.is_bundled_model else ()
+        # The engine's structured outputs must know the reasoning parser to constrain only what follows
+        # the reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
+        reasoning = ("--reasoning-parser", self.reasoning_parser) if self.reasoning_parser else ()
         return ["--model", self.model, "--served-model-name", self.served_model_name,
-                *platform_defaults, *model_defaults, *self.engine_args]
+                *platform_defaults, *model_defaults, *reasoning, *self.engine_args]
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
@@ -75,9 +81,8 @@ class Settings:
             engine_args = tuple(shlex.split(env.get("CHOIR_ENGINE_ARGS", "")))
         except ValueError as exc:
             raise SettingsError(f"CHOIR_ENGINE_ARGS cannot be split into flags: {exc}.") from None
-        for flag in ("--model", "--served-model-name"):
+        for flag, setting in OWN_FLAGS.items():
             if any(arg == flag or arg.startswith(flag + "=") for arg in engine_args):
-                setting = "CHOIR_MODEL" if flag == "--model" else "CHOIR_SERVED_MODEL_NAME"
                 raise SettingsError(f"CHOIR_ENGINE_ARGS must not contain {flag}: set {setting} instead.")
         log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()
         if log_level not in LOG_LEVELS:

@@ -21,7 +21,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import APIError
 
-PROTECTED = ("/v1",)
+PROTECTED = ("/v1", "/tokenize", "/detokenize")  # vLLM leaves the tokenizer open; its text is the model's
 DOCS = ("/schema",)
 METRICS = ("/metrics",)
 

@@ -50,6 +50,7 @@ class FakeEngine:
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
     priority_scheduling: bool = False
+    vocab_size: int = 0x110000 + 3  # every code point
     tool_parser: str | None = None
     parsers: Any = None
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
@@ -85,6 +86,9 @@ class FakeEngine:
 
     def detokenize(self, token_ids: list[int]) -> str:
         return decode(token_ids)
+
+    def token_pieces(self, token_ids: list[int]) -> list[str]:
+        return self.token_strings(token_ids)
 
     async def generate(self, prompt: Prompt, params: Any, request_id: str,
                        options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:

@@ -27,6 +27,8 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list["ToolCall"] | None = None  # an assistant turn that called tools
+    reasoning: str | None = None  # an assistant turn's reasoning, for templates that show it
+    reasoning_content: str | None = None  # the older name of `reasoning`
 
 
 class FunctionDefinition(msgspec.Struct, kw_only=True):

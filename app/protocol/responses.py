@@ -45,6 +45,31 @@ class FunctionCallOutputInput(msgspec.Struct, kw_only=True):
     status: str | None = None
 
 
+class ReasoningText(msgspec.Struct, tag_field="type", tag="reasoning_text"):
+    text: str
+
+
+class SummaryText(msgspec.Struct, tag_field="type", tag="summary_text"):
+    text: str
+
+
+class ReasoningInput(msgspec.Struct, kw_only=True):
+    """Reasoning from an earlier turn, sent back: it goes to that turn's assistant message."""
+
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+    status: str | None = None
+    encrypted_content: str | None = None  # refused: Choir has no key to decrypt it
+
+
+class ReasoningConfig(msgspec.Struct, kw_only=True):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # echoed; no summaries are written
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of `summary`
+
+
 class FunctionTool(msgspec.Struct, kw_only=True):
     type: Literal["function"]
     name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -87,6 +112,9 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    include_reasoning: bool = True  # vLLM's: false drops the reasoning items (the tokens are still counted)
+    # OpenAI's default is true; Choir stores nothing and says so: the response echoes `store: false`.
     store: bool | None = None
     previous_response_id: str | None = None
     user: str | None = None
@@ -114,11 +142,18 @@ class FunctionCallOutput(msgspec.Struct, tag_field="type", tag="function_call", 
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-OutputItem = OutputMessage | FunctionCallOutput
+class ReasoningOutput(msgspec.Struct, tag_field="type", tag="reasoning", kw_only=True):
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    summary: list[SummaryText] = []
+    content: list[ReasoningText]
+
+
+OutputItem = OutputMessage | FunctionCallOutput | ReasoningOutput
 
 
 class InputTokensDetails(msgspec.Struct):
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache held
 
 
 class OutputTokensDetails(msgspec.Struct):
@@ -161,6 +196,8 @@ class Response(msgspec.Struct, kw_only=True):
     tools: list[FunctionTool] = []
     store: bool = False
     text: TextConfig | UnsetType = UNSET
+    reasoning: ReasoningConfig | UnsetType = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
 
 
 class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -173,7 +210,7 @@ class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     item: OutputItem | UnsetType = UNSET
     item_id: str | UnsetType = UNSET
     content_index: int | UnsetType = UNSET
-    part: OutputText | UnsetType = UNSET
+    part: OutputText | ReasoningText | UnsetType = UNSET
     delta: str | UnsetType = UNSET
     text: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET

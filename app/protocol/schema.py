@@ -14,9 +14,11 @@ from app.protocol.common import ErrorResponse
 from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
 from app.protocol.models import ModelList
 from app.protocol.responses import Response, ResponseEvent, ResponsesRequest
+from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
-              ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent]
+              ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent,
+              TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

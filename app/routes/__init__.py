@@ -4,5 +4,7 @@ from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.models import list_models, retrieve_model
 from app.routes.responses import create_response
+from app.routes.tokenize import create_text, create_tokens
 
-ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion, create_response]
+ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion, create_response,
+                  create_tokens, create_text]

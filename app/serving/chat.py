@@ -10,6 +10,7 @@ from msgspec import UNSET
 
 from app.compat import OperationCompat
 from app.errors import bad_request
+from app.protocol import without_none
 from app.protocol.chat import (
     AssistantMessage,
     ChatChoice,
@@ -85,7 +86,12 @@ def _check_unsupported(request: ChatCompletionRequest) -> None:
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    return _without_none(msgspec.to_builtins(request.messages))
+    messages = without_none(msgspec.to_builtins(request.messages))
+    for message in messages:  # templates read either name (vLLM's server gives them both)
+        reasoning = message.get("reasoning", message.get("reasoning_content"))
+        if reasoning is not None:
+            message["reasoning"] = message["reasoning_content"] = reasoning
+    return messages
 
 
 def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
@@ -161,15 +167,7 @@ def _parser_request(request: ChatCompletionRequest, model: str) -> Any:
     """The request as vLLM's own protocol type, which its parsers take."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as VllmChatRequest
 
-    return VllmChatRequest.model_validate({**_without_none(msgspec.to_builtins(request)), "model": model})
-
-
-def _without_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_none(v) for v in value]
-    return value
+    return VllmChatRequest.model_validate({**without_none(msgspec.to_builtins(request)), "model": model})
 
 
 def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:

@@ -32,11 +32,7 @@ class ParserSet:
 
     @classmethod
     def load(cls, tokenizer: Any, reasoning: str | None, tool: str | None) -> "ParserSet":
-        from vllm.reasoning import ReasoningParserManager
-        from vllm.tool_parsers import ToolParserManager
-
-        return cls(tokenizer, _lookup(ReasoningParserManager, reasoning, "CHOIR_REASONING_PARSER"),
-                   _lookup(ToolParserManager, tool, "CHOIR_TOOL_PARSER"))
+        return cls(tokenizer, *parser_classes(reasoning, tool))
 
     def for_choice(self, request: Any, use_tools: bool, template_kwargs: dict[str, Any] | None = None,
                    prompt_ids: list[int] | None = None) -> "ChoiceParser | None":
@@ -53,6 +49,15 @@ class ParserSet:
 
     def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:
         return self.reasoning(self.tokenizer, chat_template_kwargs=dict(template_kwargs or {}))
+
+
+def parser_classes(reasoning: str | None, tool: str | None) -> tuple[type | None, type | None]:
+    """The parser classes of these names; SettingsError naming the known ones for a name vLLM lacks."""
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    return (_lookup(ReasoningParserManager, reasoning, "CHOIR_REASONING_PARSER"),
+            _lookup(ToolParserManager, tool, "CHOIR_TOOL_PARSER"))
 
 
 def _lookup(manager: Any, name: str | None, setting: str) -> type | None:

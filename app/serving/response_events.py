@@ -1,10 +1,12 @@
 """The Responses API's answer: the final `response` object, or the lifecycle events that stream it.
 
 Events, each with the next `sequence_number`: response.created, response.in_progress; per output
-item: response.output_item.added, then for a message response.content_part.added,
-response.output_text.delta (many), response.output_text.done, response.content_part.done, and for
-a function call response.function_call_arguments.delta (many) and .done; response.output_item.done;
-last response.completed, or response.incomplete (max_output_tokens), or response.failed.
+item: response.output_item.added, then for reasoning response.content_part.added (a reasoning_text
+part), response.reasoning_text.delta (many), response.reasoning_text.done,
+response.content_part.done; for a message response.content_part.added, response.output_text.delta
+(many), response.output_text.done, response.content_part.done; for a function call
+response.function_call_arguments.delta (many) and .done; then response.output_item.done. Last
+response.completed, or response.incomplete (max_output_tokens), or response.failed.
 """
 
 import uuid
@@ -12,12 +14,16 @@ from typing import Any
 
 import msgspec
 
+from app.errors import error_for
 from app.protocol.responses import (
     FunctionCallOutput,
     IncompleteDetails,
+    InputTokensDetails,
     OutputMessage,
     OutputText,
     OutputTokensDetails,
+    ReasoningOutput,
+    ReasoningText,
     Response,
     ResponseError,
     ResponseEvent,
@@ -38,7 +44,8 @@ class ResponseBuilder:
     def __init__(self, job: Any, request: ResponsesRequest) -> None:
         self.job, self.request = job, request
         self.sequence = 0
-        self.output: list[OutputMessage | FunctionCallOutput] = []
+        self.output: list[OutputMessage | FunctionCallOutput | ReasoningOutput] = []
+        self.reasoning: ReasoningOutput | None = None  # the reasoning item being streamed, if any
         self.text: OutputMessage | None = None  # the message item being streamed, if any
         self.calls: dict[int, FunctionCallOutput] = {}  # streamed tool calls by their delta index
 
@@ -49,22 +56,28 @@ class ResponseBuilder:
                         max_output_tokens=request.max_output_tokens, temperature=request.temperature,
                         top_p=request.top_p, parallel_tool_calls=request.parallel_tool_calls is not False,
                         tool_choice=msgspec.to_builtins(request.tool_choice) if request.tool_choice else "auto",
-                        tools=request.tools or [], **fields)
+                        tools=request.tools or [], reasoning=request.reasoning or msgspec.UNSET,
+                        metadata=request.metadata or msgspec.UNSET, **fields)
 
     def final(self, parts: MessageParts, finish_reason: str | None, output_tokens: int,
-              reasoning_tokens: int | None) -> Response:
+              reasoning_tokens: int | None, cached: int | None = None) -> Response:
         status = "incomplete" if finish_reason == "length" else "completed"
+        if parts.reasoning:
+            self.output.append(ReasoningOutput(id=_item_id("rs"), status=status,
+                                               content=[ReasoningText(text=parts.reasoning)]))
         if parts.content or not parts.tool_calls:
             self.output.append(OutputMessage(id=_item_id("msg"), status=status,
                                              content=[OutputText(text=parts.content or "")]))
         for call in parts.tool_calls:
             self.output.append(FunctionCallOutput(id=_item_id("fc"), call_id=call.id, name=call.function.name,
                                                   arguments=call.function.arguments, status="completed"))
-        return self._closing_response(status, output_tokens, reasoning_tokens)
+        return self._closing_response(status, output_tokens, reasoning_tokens, cached)
 
-    def _closing_response(self, status: str, output_tokens: int, reasoning_tokens: int | None) -> Response:
+    def _closing_response(self, status: str, output_tokens: int, reasoning_tokens: int | None,
+                          cached: int | None) -> Response:
         input_tokens = self.job.counts.prompt_tokens or 0
         usage = ResponseUsage(input_tokens=input_tokens, output_tokens=output_tokens,
+                              input_tokens_details=InputTokensDetails(cached_tokens=cached or 0),
                               output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens or 0),
                               total_tokens=input_tokens + output_tokens)
         incomplete = IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None
@@ -84,6 +97,15 @@ class ResponseBuilder:
 
     def add(self, parts: MessageParts) -> list[Event]:
         events: list[Event] = []
+        if parts.reasoning:
+            if self.reasoning is None:
+                events += self._open_reasoning()
+            self.reasoning.content[0].text += parts.reasoning
+            events.append(self._event("response.reasoning_text.delta", item_id=self.reasoning.id,
+                                      output_index=self._index(self.reasoning), content_index=0,
+                                      delta=parts.reasoning))
+        if parts.content or parts.tool_calls:
+            events += self._close_reasoning("completed")  # what follows the reasoning ends it
         if parts.content:
             if self.text is None:
                 events += self._open_text()
@@ -95,41 +117,58 @@ class ResponseBuilder:
             events += self._add_call(call)
         return events
 
-    def finish(self, finish_reason: str | None, output_tokens: int, reasoning_tokens: int | None) -> list[Event]:
+    def finish(self, finish_reason: str | None, output_tokens: int, reasoning_tokens: int | None,
+               cached: int | None = None) -> list[Event]:
         status = "incomplete" if finish_reason == "length" else "completed"
-        events = self._close_text(status)
+        events = self._close_reasoning(status) + self._close_text(status)
         for call in self.calls.values():
             events += self._close_call(call)
-        if not self.output:  # nothing was said: still one (empty) message, as the whole response has
-            events += self._open_text() + self._close_text(status)
+        if not any(isinstance(item, (OutputMessage, FunctionCallOutput)) for item in self.output):
+            events += self._open_text() + self._close_text(status)  # nothing said: one (empty) message, as whole
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         return [*events, self._event(kind, response=self._closing_response(status, output_tokens,
-                                                                            reasoning_tokens))]
+                                                                            reasoning_tokens, cached))]
 
     def failed(self, error: Exception) -> Event:
+        """The error as the client may see it: the message Choir's error mapping gives (a generic one,
+        with no internals, for anything unexpected), never the exception's own text."""
+        answer = error_for(error)
+        code = "server_error" if answer.status >= 500 else "invalid_prompt"
         return self._event("response.failed", response=self.response(
-            "failed", error=ResponseError(code="server_error", message=str(error))))
+            "failed", error=ResponseError(code=code, message=answer.message)))
 
     def _index(self, item: Any) -> int:
         return self.output.index(item)
 
     def _open_text(self) -> list[Event]:
         self.text = OutputMessage(id=_item_id("msg"), status="in_progress", content=[])
-        self.output.append(self.text)
-        added = self._event("response.output_item.added", output_index=self._index(self.text), item=self.text)
-        self.text.content.append(OutputText(text=""))
-        part = self._event("response.content_part.added", item_id=self.text.id, output_index=self._index(self.text),
-                           content_index=0, part=OutputText(text=""))
-        return [added, part]
+        return self._open(self.text, OutputText(text=""))
 
     def _close_text(self, status: str) -> list[Event]:
         item, self.text = self.text, None
-        if item is None:
-            return []
+        return self._close(item, status, "response.output_text.done", logprobs=[]) if item else []
+
+    def _open_reasoning(self) -> list[Event]:
+        self.reasoning = ReasoningOutput(id=_item_id("rs"), status="in_progress", content=[])
+        return self._open(self.reasoning, ReasoningText(text=""))
+
+    def _close_reasoning(self, status: str) -> list[Event]:
+        item, self.reasoning = self.reasoning, None
+        return self._close(item, status, "response.reasoning_text.done") if item else []
+
+    def _open(self, item: OutputMessage | ReasoningOutput, part: OutputText | ReasoningText) -> list[Event]:
+        """An item of one text part (a message, reasoning) opens: added, then its part added (empty)."""
+        self.output.append(item)
+        index = self._index(item)
+        added = self._event("response.output_item.added", output_index=index, item=item)
+        item.content.append(part)  # events are encoded at once: the part is still empty in this one
+        return [added, self._event("response.content_part.added", item_id=item.id, output_index=index,
+                                   content_index=0, part=part)]
+
+    def _close(self, item: OutputMessage | ReasoningOutput, status: str, done: str, **fields: Any) -> list[Event]:
         index, part = self._index(item), item.content[0]
         item.status = status
-        return [self._event("response.output_text.done", item_id=item.id, output_index=index, content_index=0,
-                            text=part.text, logprobs=[]),
+        return [self._event(done, item_id=item.id, output_index=index, content_index=0, text=part.text, **fields),
                 self._event("response.content_part.done", item_id=item.id, output_index=index, content_index=0,
                             part=part),
                 self._event("response.output_item.done", output_index=index, item=item)]

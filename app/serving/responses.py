@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from app.compat import OperationCompat
-from app.errors import bad_request
+from app.errors import APIError, bad_request
 from app.protocol import parse_strict
 from app.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
 from app.protocol.responses import (
@@ -20,23 +20,26 @@ from app.protocol.responses import (
     FunctionCallOutputInput,
     InputMessage,
     JsonSchemaTextFormat,
+    ReasoningInput,
     ResponsesRequest,
 )
 from app.serving.chat import ChatJob, plan_chat
 from app.serving.response_events import ResponseBuilder
 from app.serving.streaming import Outbox, named_frame
-from plugins.aggregation import Aggregator
+from plugins.aggregation import Aggregator, cached_tokens
 from plugins.engine.protocol import Engine
 from plugins.fanout import FanOut
 
 _ITEM_TYPES = {"message": InputMessage, "function_call": FunctionCallInput,
-               "function_call_output": FunctionCallOutputInput}
+               "function_call_output": FunctionCallOutputInput, "reasoning": ReasoningInput}
+# The chat fields a Responses request sets, by their Responses names: an error about one names the
+# field the client sent.
+_RESPONSES_NAMES = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
+                    "response_format.json_schema.schema": "text.format.schema", "messages": "input",
+                    "reasoning_effort": "reasoning.effort"}
 
 
 def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
-    if request.store:
-        raise bad_request("store is not supported: Choir keeps no responses. Send store false, or leave it out.",
-                          "store")
     if request.previous_response_id is not None:
         raise bad_request("previous_response_id is not supported: Choir keeps no responses. Send the whole "
                           "conversation in `input`.", "previous_response_id")
@@ -46,14 +49,28 @@ def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
     if isinstance(request.input, str):
         messages.append({"role": "user", "content": request.input})
     else:
+        reasoning: str | None = None  # reasoning waiting for the assistant turn that follows it
         for index, item in enumerate(request.input):
-            messages.append(_message(index, item))
+            message = _message(index, item)
+            if "reasoning" in message:
+                previous = messages[-1] if messages else None
+                if previous is not None and previous["role"] == "assistant" and "reasoning" not in previous:
+                    previous["reasoning"] = message["reasoning"]  # the reasoning of the turn just sent
+                else:
+                    reasoning = message["reasoning"]
+                continue
+            if reasoning is not None and message["role"] == "assistant":
+                message["reasoning"], reasoning = reasoning, None
+            messages.append(message)
+        if reasoning is not None:  # reasoning last: an assistant turn of reasoning alone
+            messages.append({"role": "assistant", "content": "", "reasoning": reasoning})
     if not messages:
         raise bad_request("input must not be empty.", "input")
     body: dict[str, Any] = {"messages": messages, "stream": request.stream, "model": request.model,
                             "max_completion_tokens": request.max_output_tokens, "temperature": request.temperature,
                             "top_p": request.top_p, "parallel_tool_calls": request.parallel_tool_calls,
-                            "user": request.user}
+                            "user": request.user, "include_reasoning": request.include_reasoning,
+                            "reasoning_effort": request.reasoning.effort if request.reasoning else None}
     if request.tools:
         body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                            "parameters": t.parameters, "strict": t.strict}}
@@ -79,6 +96,12 @@ def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
         parsed = msgspec.convert({**item, "type": kind}, _ITEM_TYPES[kind], strict=True)
     except msgspec.ValidationError as exc:
         raise bad_request(f"Invalid input item {index}: {exc}", f"input[{index}]") from None
+    if isinstance(parsed, ReasoningInput):
+        if parsed.encrypted_content is not None:
+            raise bad_request("Encrypted reasoning is not supported: send its text in `content`.",
+                              f"input[{index}].encrypted_content")
+        parts = parsed.content or parsed.summary
+        return {"role": "assistant", "reasoning": "".join(part.text for part in parts)}
     if isinstance(parsed, FunctionCallInput):
         return {"role": "assistant", "content": None, "tool_calls": [
             {"id": parsed.call_id, "type": "function",
@@ -91,8 +114,25 @@ def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
 
 async def plan_response(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ResponsesRequest,
                         response_id: str, created: int) -> tuple[ChatJob, ResponseBuilder]:
-    job = await plan_chat(engine, fan_out, compat, to_chat(request), response_id, created)
+    try:
+        job = await plan_chat(engine, fan_out, compat, to_chat(request), response_id, created)
+    except APIError as exc:
+        raise _in_responses_terms(exc) from None
     return job, ResponseBuilder(job, request)
+
+
+def _in_responses_terms(error: APIError) -> APIError:
+    """An error about a chat field the request set, told with the Responses field's name."""
+    param = error.param or ""
+    name = _RESPONSES_NAMES.get(param) or _RESPONSES_NAMES.get(param.split("[")[0].split(".")[0])
+    if name is None:
+        return error
+    message = error.message
+    for chat_name in ("max_completion_tokens", "response_format", "messages", "reasoning_effort"):
+        message = message.replace(chat_name, _RESPONSES_NAMES[chat_name])
+    renamed = APIError(error.status, message, name)
+    renamed.headers = error.headers
+    return renamed
 
 
 async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder):
@@ -102,17 +142,21 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
     parts = reader.whole(completion.text)
     job.counts.completion_tokens = len(completion.token_ids)
     return builder.final(parts, completion.finish_reason, len(completion.token_ids),
-                         reader.reasoning_tokens(list(completion.token_ids), parts.reasoning))
+                         reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning),
+                         cached_tokens(job.choices, [output.num_cached_tokens]))
 
 
 async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder) -> AsyncIterator[bytes]:
     """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
     reader, outbox = job.output(), Outbox(len(job.choices))
     tokens: list[int] = []
-    started = False
+    started, cached = False, None
     async with aclosing(aggregator.merge(job.choices)) as batches:
         async for batch in batches:
             events = [] if started else builder.start()  # created and in_progress wait for the first output
+            if not started:
+                [(choice, first)] = batch
+                cached = cached_tokens([choice], [first.num_cached_tokens])
             started, finished = True, 0
             for _, output in batch:
                 completion = output.outputs[0]
@@ -122,7 +166,8 @@ async def stream_response(aggregator: Aggregator, job: ChatJob, builder: Respons
                 events += builder.add(parts)
                 if completion.finish_reason is not None:
                     job.counts.completion_tokens = len(tokens)
-                    events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens())
+                    events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens(),
+                                             cached)
             if item := outbox.send([named_frame(*event) for event in events], finished):
                 yield item
     yield outbox.close()

@@ -64,6 +64,7 @@ class Engine(Protocol):
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
+    vocab_size: int  # token ids go from 0 to vocab_size - 1
     tool_parser: str | None  # the vLLM tool parser for `tool_choice: auto` (CHOIR_TOOL_PARSER)
     parsers: Any  # app.serving.parsers.ParserSet when a reasoning or tool parser is configured, else None
 
@@ -80,6 +81,8 @@ class Engine(Protocol):
                  options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]: ...
 
     def detokenize(self, token_ids: list[int]) -> str: ...
+
+    def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
     def token_strings(self, token_ids: list[int]) -> list[str]: ...
 

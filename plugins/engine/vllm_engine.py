@@ -69,6 +69,7 @@ class VllmEngine:
 
             self.parsers = ParserSet.load(engine.renderer.tokenizer, reasoning_parser, tool_parser)
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
+        self.vocab_size = engine.renderer.tokenizer.max_token_id + 1
         self.started_at = int(time.time())
         self._tokenize_params = TokenizeParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
@@ -134,6 +135,10 @@ class VllmEngine:
     def detokenize(self, token_ids: list[int]) -> str:
         return self._engine.renderer.tokenizer.decode(token_ids)
 
+    def token_pieces(self, token_ids: list[int]) -> list[str]:
+        """The vocabulary's own pieces (`Ġword`), as vLLM's /tokenize returns them."""
+        return self._engine.renderer.tokenizer.convert_ids_to_tokens(token_ids)
+
     async def abort(self, request_id: str) -> None:
         await self._engine.abort(request_id)
 
@@ -182,6 +187,10 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
+    if settings.reasoning_parser or settings.tool_parser:  # a name vLLM lacks stops start-up before the engine
+        from app.serving.parsers import parser_classes
+
+        parser_classes(settings.reasoning_parser, settings.tool_parser)
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))

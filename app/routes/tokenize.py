@@ -1,0 +1,22 @@
+from litestar import Request
+from litestar.params import SkipValidation
+
+from app.protocol import parse_strict
+from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from app.serving.tokenize import detokenize, tokenize
+from plugins.pipeline import PipelineDependency
+from plugins.spec import operation
+
+
+@operation("tokenize")
+async def create_tokens(data: SkipValidation[TokenizeRequest], request: Request,
+                        pipeline: PipelineDependency) -> TokenizeResponse:
+    pipeline.compat.check_body(data, TokenizeRequest)
+    return await tokenize(pipeline.engine, pipeline.compat, parse_strict(data, TokenizeRequest))
+
+
+@operation("detokenize")
+async def create_text(data: SkipValidation[DetokenizeRequest], request: Request,
+                      pipeline: PipelineDependency) -> DetokenizeResponse:
+    pipeline.compat.check_body(data, DetokenizeRequest)
+    return detokenize(pipeline.engine, pipeline.compat, parse_strict(data, DetokenizeRequest))

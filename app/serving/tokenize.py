@@ -1,0 +1,59 @@
+"""POST /tokenize and /detokenize: the engine's own tokenizer and chat template, nothing generated.
+
+As vLLM's server: `prompt` is tokenized with special tokens (bos), `messages` are rendered with the
+chat template first (which writes its own). Unlike vLLM's, an id outside the vocabulary is a 400
+naming it, not silently dropped from the text.
+"""
+
+from typing import Any
+
+import msgspec
+
+from app.compat import OperationCompat
+from app.errors import bad_request
+from app.protocol import without_none
+from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from plugins.engine.protocol import ChatTemplateOptions, Engine, RenderOptions
+
+
+async def tokenize(engine: Engine, compat: OperationCompat, request: TokenizeRequest) -> TokenizeResponse:
+    compat.check_model(request.model, engine.served_model_names)
+    if request.prompt is not None and request.messages is not None:
+        raise bad_request("Send `prompt` (text) or `messages` (a conversation) to tokenize, not both.", "messages")
+    if request.prompt is None and request.messages is None:
+        raise bad_request("Send `prompt` (text) or `messages` (a conversation) to tokenize.", "prompt")
+    if request.prompt is not None:
+        options = RenderOptions(add_special_tokens=_or(request.add_special_tokens, True))
+        [prompt] = await engine.render_completion([request.prompt], options)
+    else:
+        if request.add_generation_prompt and request.continue_final_message:
+            raise bad_request("add_generation_prompt and continue_final_message cannot both be true: a reply "
+                              "either starts or continues the last message.", "continue_final_message")
+        kwargs: dict[str, Any] = dict(request.chat_template_kwargs or {})
+        if request.tools:
+            kwargs.setdefault("tools", msgspec.to_builtins(request.tools))
+        template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
+                                       continue_final_message=request.continue_final_message, kwargs=kwargs)
+        messages = without_none(msgspec.to_builtins(request.messages))
+        try:
+            prompt = await engine.render_chat(messages, template,
+                                              RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))
+        except (ValueError, TypeError) as exc:
+            raise bad_request(f"The messages cannot be rendered with the model's chat template: {exc}",
+                              "messages") from None
+    tokens = list(prompt.token_ids)
+    return TokenizeResponse(count=len(tokens), max_model_len=engine.max_model_len, tokens=tokens,
+                            token_strs=engine.token_pieces(tokens) if request.return_token_strs else None)
+
+
+def detokenize(engine: Engine, compat: OperationCompat, request: DetokenizeRequest) -> DetokenizeResponse:
+    compat.check_model(request.model, engine.served_model_names)
+    for index, token in enumerate(request.tokens):
+        if token >= engine.vocab_size:
+            raise bad_request(f"Token id {token} is out of vocabulary: ids go from 0 to {engine.vocab_size - 1}.",
+                              f"tokens[{index}]")
+    return DetokenizeResponse(prompt=engine.detokenize(request.tokens))
+
+
+def _or(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
