@@ -80,8 +80,8 @@ def _validation_error(exc: ValidationException) -> APIError:
 
 def _field_error(message: str, key: str | None) -> APIError:
     match = _MSGSPEC_PATH.search(message)
-    if match:  # msgspec names the field as a JSON path: `$.messages[0].role`
-        key = match["path"].lstrip(".") or None
+    if match:  # msgspec names the field as a JSON path: `$.messages[0].role`, `$.logit_bias[...]` (a value)
+        key = match["path"].replace("[...]", "").lstrip(".") or None
         message = message[: match.start()]
     text = f"Invalid request: {message}" + (f" (field `{key}`)." if key else ".")
     return bad_request(text, key)

@@ -54,6 +54,7 @@ class FakeEngine:
     tool_parser: str | None = None
     parsers: Any = None
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
+    cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
     is_alive: bool = True
     fail_with: BaseException | None = None
     delay: float = 0.0
@@ -67,7 +68,8 @@ class FakeEngine:
         self.renders.append(options)
         out = []
         for p in prompts:
-            ids = [BOS, *encode(p)] if isinstance(p, str) else list(p)
+            ids = ([BOS] if options.add_special_tokens else []) + encode(p) if isinstance(p, str) else list(p)
+            ids = _truncated(ids, options)
             out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else decode(ids), engine_input=ids))
         return out
 
@@ -100,6 +102,9 @@ class FakeEngine:
             raise self.fail_with
         pieces = self.script(decode(prompt.token_ids), params)[: params.max_tokens]
         delta = params.output_kind == RequestOutputKind.DELTA
+        # logprobs per position: the top `logprobs`, or the listed `logprob_token_ids` (here: as many)
+        wanted = params.logprobs if params.logprobs is not None else (
+            len(params.logprob_token_ids) if params.logprob_token_ids else None)
         self.running.add(request_id)
         try:
             text, ids, logprobs = "", [], []
@@ -109,7 +114,7 @@ class FakeEngine:
                 last = i == len(pieces) - 1
                 finish = ("length" if len(pieces) == params.max_tokens else "stop") if last else None
                 piece_ids = self.tokenizer.encode(piece, add_special_tokens=False) if self.tokenizer else encode(piece)
-                piece_lps = [_logprobs(t, params.logprobs) for t in piece_ids] if params.logprobs is not None else None
+                piece_lps = [_logprobs(t, wanted) for t in piece_ids] if wanted is not None else None
                 if delta:
                     text, ids, logprobs = piece, piece_ids, piece_lps
                 else:
@@ -119,10 +124,13 @@ class FakeEngine:
                     prompt_lps = None
                     if params.prompt_logprobs is not None and (i == 0 or not delta):
                         prompt_lps = [None, *(_logprobs(t, params.prompt_logprobs) for t in prompt.token_ids[1:])]
-                    output = CompletionOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=None,
+                    # each token's logprob is -0.5 (see _logprobs); whole outputs say their sum
+                    cumulative = -0.5 * len(ids) if wanted is not None and not delta else None
+                    output = CompletionOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=cumulative,
                                               logprobs=logprobs, finish_reason=finish)
                     yield RequestOutput(request_id=request_id, prompt=prompt.text, prompt_token_ids=prompt.token_ids,
-                                        prompt_logprobs=prompt_lps, outputs=[output], finished=last)
+                                        prompt_logprobs=prompt_lps, outputs=[output], finished=last,
+                                        num_cached_tokens=self.cached_tokens)
         except (asyncio.CancelledError, GeneratorExit):  # as vLLM's generate: leaving early aborts
             self.aborted.append(request_id)
             raise
@@ -138,6 +146,13 @@ class FakeEngine:
 
     def num_unfinished_requests(self) -> int:
         return len(self.running)
+
+
+def _truncated(ids: list[int], options: RenderOptions) -> list[int]:
+    keep = options.truncate_prompt_tokens
+    if keep is None or keep >= len(ids):
+        return ids
+    return ids[-keep:] if options.truncation_side == "left" else ids[:keep]
 
 
 def _logprobs(token_id: int, k: int) -> dict[int, Any]:

@@ -11,7 +11,8 @@ from tests.fakes import FakeEngine, fake_engine_factory
 KEYS = ("first-key", "second-key")
 V1_ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None),
              ("POST", "/v1/completions", {"prompt": "x"}),
-             ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})]
+             ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
+             ("POST", "/tokenize", {"prompt": "x"}), ("POST", "/detokenize", {"tokens": [70]})]
 
 
 def make_client(**settings):

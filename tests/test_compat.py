@@ -144,3 +144,29 @@ def test_a_new_profile_is_a_file(tmp_path):
         response = client.post("/v1/completions", json={"prompt": "x", "model": "m"})
         assert response.status_code == 422 and response.json()["error"]["message"] == "no `m`"
         assert "system_fingerprint" in client.post("/v1/completions", json={"prompt": "x"}).json()  # from vllm
+
+
+@pytest.mark.parametrize("path, body", [("/v1/completions", {"prompt": "x"}), (CHAT, {"messages": MESSAGES}),
+                                        ("/v1/responses", {"input": "x"}), ("/tokenize", {"prompt": "x"})])
+def test_unknown_fields_are_ignored_with_a_warning_naming_them(profile_client, path, body):
+    from structlog.testing import capture_logs
+
+    _, client = profile_client
+    with capture_logs() as logs:
+        assert client.post(path, json={**body, "frobnicate": 1, "best_off": 2}).status_code == 200
+    [warning] = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert warning["fields"] == ["frobnicate", "best_off"]
+    with capture_logs() as logs:
+        client.post(path, json=body)
+    assert not [entry for entry in logs if entry["log_level"] == "warning"]  # known fields: no warning
+
+
+def test_a_profile_may_reject_unknown_fields(tmp_path):
+    def reject(profile):
+        profile["rules"]["unknown_fields"] = "reject"
+
+    with make_client(spec_dir=spec_copy(tmp_path, profiles__sglang=reject)) as client:
+        response = client.post(CHAT, json={"messages": MESSAGES, "frobnicate": 1})
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["param"] == "frobnicate" and "`frobnicate`" in error["message"]
+        assert client.post(CHAT, json={"messages": MESSAGES, "top_k": 3}).status_code == 200  # vLLM's fields are known

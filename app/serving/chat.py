@@ -25,7 +25,7 @@ from app.protocol.chat import (
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.chat_output import ChoiceOutput, MessageParts
 from app.serving.jobs import Job
-from app.serving.logprobs import chat_logprobs, prompt_logprobs
+from app.serving.logprobs import chat_logprobs, wire_prompt_logprobs
 from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
 from app.serving.sampling import (
@@ -208,7 +208,7 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
     if request.return_token_ids:
         response.prompt_token_ids = list(job.choices[0].prompt.token_ids)
     if request.prompt_logprobs is not None:
-        response.prompt_logprobs = prompt_logprobs(outputs[0].prompt_logprobs)
+        response.prompt_logprobs = wire_prompt_logprobs(outputs[0].prompt_logprobs)
     return response
 
 

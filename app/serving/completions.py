@@ -9,7 +9,7 @@ from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.jobs import Job
-from app.serving.logprobs import CompletionLogprobsBuilder
+from app.serving.logprobs import CompletionLogprobsBuilder, wire_prompt_logprobs
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import (
     build_sampling_params,
@@ -107,7 +107,7 @@ class _ChoiceText:
             if not self.started:
                 rendered.prompt_token_ids = list(self.choice.prompt.token_ids)
         if request.prompt_logprobs is not None and not self.started:
-            rendered.prompt_logprobs = prompt_logprobs(prompt_logprobs)
+            rendered.prompt_logprobs = wire_prompt_logprobs(prompt_logprobs)
         self.started = True
         return rendered
 

@@ -19,7 +19,7 @@ def token_id_string(token_id: int) -> str:
     return f"token_id:{token_id}"
 
 
-def prompt_logprobs(positions: Sequence[dict[int, Any] | None] | None) -> PromptLogprobs:
+def wire_prompt_logprobs(positions: Sequence[dict[int, Any] | None] | None) -> PromptLogprobs:
     """vLLM's prompt logprobs as JSON: per position null (the first) or {token id: its logprob}."""
     return [None if position is None else {
         str(token_id): PromptLogprob(logprob=_value(lp.logprob), rank=lp.rank, decoded_token=lp.decoded_token)
