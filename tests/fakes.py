@@ -80,7 +80,8 @@ class FakeEngine:
         text = "".join(f"<{m['role']}>{_text(m.get('content'))}" for m in messages)
         if template.add_generation_prompt:
             text += "<assistant>"
-        ids = [BOS, *encode(text)]
+        # With a real tokenizer the prompt's ids are real too (parsers read markers in the prompt).
+        ids = [BOS, *(self.tokenizer.encode(text, add_special_tokens=False) if self.tokenizer else encode(text))]
         return Prompt(token_ids=ids, text=text, engine_input=ids)
 
     def token_strings(self, token_ids: list[int]) -> list[str]:
@@ -100,7 +101,8 @@ class FakeEngine:
         self.calls.append(Call(prompt, params, request_id, options))
         if self.fail_with is not None:
             raise self.fail_with
-        pieces = self.script(decode(prompt.token_ids), params)[: params.max_tokens]
+        text = prompt.text if prompt.text is not None else decode(prompt.token_ids)
+        pieces = self.script(text, params)[: params.max_tokens]
         delta = params.output_kind == RequestOutputKind.DELTA
         # logprobs per position: the top `logprobs`, or the listed `logprob_token_ids` (here: as many)
         wanted = params.logprobs if params.logprobs is not None else (

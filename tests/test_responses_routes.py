@@ -131,3 +131,88 @@ def test_invalid_requests_are_400(client, fake_engine, body, param):
 
 def test_store_false_is_accepted(client):
     assert client.post(PATH, json={"input": "x", "store": False}).status_code == 200
+
+
+REASONING_EVENTS = ["response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+                    "response.reasoning_text.done", "response.content_part.done", "response.output_item.done"]
+
+
+def test_store_true_is_tolerated_and_nothing_is_stored(client):
+    body = client.post(PATH, json={"input": "x", "store": True}).json()
+    assert body["status"] == "completed" and body["store"] is False  # says what happened
+
+
+def test_reasoning_becomes_a_reasoning_item(client, fake_engine):
+    from tests.test_parsers_routes import THOUGHT, token_pieces, use_parsers
+
+    use_parsers(fake_engine, reasoning="deepseek_r1")
+    fake_engine.script = lambda prompt, params: token_pieces(THOUGHT + "Answer.")
+    body = client.post(PATH, json={"input": "hi", "reasoning": {"effort": "high", "summary": "auto"}}).json()
+    reasoning, message = body["output"]
+    assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_") and reasoning["summary"] == []
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user wants weather."}]
+    assert message["content"][0]["text"] == "Answer."
+    assert body["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
+    assert body["reasoning"] == {"effort": "high", "summary": "auto"}
+    assert fake_engine.templates[-1].kwargs["reasoning_effort"] == "high"
+    events = events_of(client, {"input": "hi"})
+    assert collapse([e["type"] for e in events]) == [
+        "response.created", "response.in_progress", *REASONING_EVENTS, *MESSAGE_EVENTS[2:], "response.completed"]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+    assert text == "The user wants weather."
+    final = events[-1]["response"]["output"]
+    assert [item["type"] for item in final] == ["reasoning", "message"]
+    assert final[0]["content"][0]["text"] == text and final[0]["status"] == "completed"
+    hidden = client.post(PATH, json={"input": "hi", "include_reasoning": False}).json()
+    assert [item["type"] for item in hidden["output"]] == ["message"]
+
+
+def test_reasoning_input_goes_to_its_assistant_turn(client, fake_engine):
+    client.post(PATH, json={"input": [
+        {"role": "user", "content": "q1"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "short"}],
+         "content": [{"type": "reasoning_text", "text": "long thought"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a1"}]},
+        {"role": "user", "content": "q2"}]})
+    # The fake template shows no reasoning; the message the template got has it.
+    assert fake_engine.calls[0].prompt.text == "<user>q1<assistant>a1<user>q2<assistant>"
+
+
+def test_reasoning_input_reaches_the_template(client, fake_engine, monkeypatch):
+    seen = []
+    original = fake_engine.render_chat
+
+    async def render_chat(messages, template, options):
+        seen.append(messages)
+        return await original(messages, template, options)
+
+    monkeypatch.setattr(fake_engine, "render_chat", render_chat)
+    client.post(PATH, json={"input": [
+        {"role": "user", "content": "q1"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "only a summary"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})
+    assistant = seen[0][1]
+    assert assistant["role"] == "assistant" and assistant["reasoning"] == "only a summary"
+    assert assistant["reasoning_content"] == "only a summary" and assistant["tool_calls"][0]["id"] == "c1"
+
+
+def test_encrypted_reasoning_is_refused(client):
+    response = client.post(PATH, json={"input": [{"type": "reasoning", "summary": [], "encrypted_content": "x"}]})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "input[0].encrypted_content"
+
+
+def test_errors_name_the_responses_fields(client, fake_engine):
+    fake_engine.max_model_len = 50
+    error = client.post(PATH, json={"input": "x", "max_output_tokens": 60}).json()["error"]
+    assert error["param"] == "max_output_tokens" and "max_output_tokens" in error["message"]
+    assert "max_completion_tokens" not in error["message"]
+    long = client.post(PATH, json={"input": "x" * 60}).json()["error"]
+    assert long["param"] == "input"
+
+
+def test_cached_input_tokens(client, fake_engine):
+    fake_engine.cached_tokens = 3
+    assert client.post(PATH, json={"input": "x"}).json()["usage"]["input_tokens_details"] == {"cached_tokens": 3}
+    final = events_of(client, {"input": "x"})[-1]["response"]
+    assert final["usage"]["input_tokens_details"] == {"cached_tokens": 3}

@@ -64,7 +64,7 @@ class ReasoningInput(msgspec.Struct, kw_only=True):
     encrypted_content: str | None = None  # refused: Choir has no key to decrypt it
 
 
-class ReasoningConfig(msgspec.Struct, kw_only=True):
+class ReasoningConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None  # echoed; no summaries are written
     generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of `summary`
