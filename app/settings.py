@@ -56,8 +56,9 @@ class Settings:
         # The engine's structured outputs must know the reasoning parser to constrain only what follows
         # the reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
         reasoning = ("--reasoning-parser", self.reasoning_parser) if self.reasoning_parser else ()
+        defaults = _not_overridden([*platform_defaults, *model_defaults], self.engine_args)
         return ["--model", self.model, "--served-model-name", self.served_model_name,
-                *platform_defaults, *model_defaults, *reasoning, *self.engine_args]
+                *defaults, *reasoning, *self.engine_args]
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
@@ -105,6 +106,23 @@ class Settings:
             reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
             environ=env,
         )
+
+
+def _flag_name(arg: str) -> str:
+    """`--no-enable-x`, `--enable_x=1` → `enable-x`: the setting a flag is about."""
+    name = arg.split("=", 1)[0].removeprefix("--").replace("_", "-")
+    return name.removeprefix("no-")
+
+
+def _not_overridden(defaults: list[str], user_args: tuple[str, ...]) -> list[str]:
+    """Choir's default flags, less those the user sets (vLLM would warn of duplicate keys)."""
+    overridden = {_flag_name(arg) for arg in user_args if arg.startswith("--")}
+    kept: list[str] = []
+    for i, arg in enumerate(defaults):
+        flag = arg if arg.startswith("--") else defaults[i - 1]  # a value belongs to the flag before it
+        if _flag_name(flag) not in overridden:
+            kept.append(arg)
+    return kept
 
 
 def _positive_int(env: dict[str, str], name: str, default: int) -> int:

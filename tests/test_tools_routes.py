@@ -77,11 +77,22 @@ def test_tools_reach_the_chat_template(client, fake_engine):
     assert [t["function"]["name"] for t in fake_engine.templates[0].kwargs["tools"]] == ["get_weather", "get_time"]
 
 
-def test_required_cut_short_is_text_not_a_broken_call(client, fake_engine):
-    fake_engine.script = scripted(REQUIRED_OUTPUT[:20], 5)
-    choice = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
-                                     "max_tokens": 4}).json()["choices"][0]
-    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "length"
+@pytest.mark.parametrize("cut", range(1, len(REQUIRED_OUTPUT)))
+@pytest.mark.parametrize("choice, output", [("required", REQUIRED_OUTPUT), (NAMED, '{"city": "Paris"}')])
+def test_a_forced_call_cut_short_says_length_and_matches_its_stream(client, fake_engine, cut, choice, output):
+    """max_tokens cuts the constrained JSON at every point: finish_reason is "length", and the whole
+    answer has exactly the calls a client assembles from the stream (the last one's arguments cut)."""
+    if cut >= len(output):
+        return
+    fake_engine.script = scripted(output, 1)
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": choice, "max_tokens": cut}
+    whole = client.post(CHAT, json=body).json()["choices"][0]
+    chunks, _ = sse_json(client.post(CHAT, json={**body, "stream": True}).text)
+    assert whole["finish_reason"] == "length"
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == ["length"]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in whole["message"].get("tool_calls", [])]
+    assert calls == [(c["name"], c["arguments"]) for c in streamed_calls(chunks)]
+    assert whole["message"]["content"] in ("", None)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 200])

@@ -119,8 +119,17 @@ class RequiredToolReader:
             calls = json.loads(text)
             return None, [ToolCall(id=tool_call_id(), function=FunctionCall(
                 name=call["name"], arguments=json.dumps(call["parameters"], ensure_ascii=False))) for call in calls]
-        except (ValueError, TypeError, KeyError):  # cut short (max_tokens): what there is, as text
-            return text, []
+        except (ValueError, TypeError, KeyError):
+            # Cut short (finish_reason "length"): the calls as far as they got, exactly as a stream of the
+            # same text says them; the last one's arguments are incomplete JSON.
+            named: dict[int, str] = {}
+            arguments: dict[int, str] = {}
+            for index, name, more in ToolArrayScanner().feed(text):
+                if name is not None:
+                    named[index] = name
+                arguments[index] = arguments.get(index, "") + more
+            return None, [ToolCall(id=tool_call_id(), function=FunctionCall(name=name, arguments=arguments.get(i, "")))
+                          for i, name in sorted(named.items())]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
         out = []

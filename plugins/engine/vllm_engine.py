@@ -41,10 +41,10 @@ def parse_engine_args(settings: Settings, *, on_cpu: bool) -> Any:
             raise SettingsError(f"CHOIR_ENGINE_ARGS: {message}")
 
     parser = AsyncEngineArgs.add_cli_args(Parser(prog="CHOIR_ENGINE_ARGS"))
-    argv = settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ())
-    namespace, unknown = parser.parse_known_args(argv)
-    if unknown:
-        raise SettingsError(f"CHOIR_ENGINE_ARGS: unrecognized engine flags: {' '.join(unknown)}")
+    # parse_args, not parse_known_args: vLLM's own preprocessing (dotted flags such as
+    # --structured-outputs-config.disable_any_whitespace, --config files) lives there. An unknown flag
+    # reaches error() above.
+    namespace = parser.parse_args(settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ()))
     return AsyncEngineArgs.from_cli_args(namespace)
 
 
