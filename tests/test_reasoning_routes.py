@@ -100,3 +100,14 @@ def test_the_engine_learns_where_the_constraint_starts(client, fake_engine):
     assert fake_engine.calls[-1].options.reasoning_ended is True  # no reasoning wanted: constrain from the start
     client.post(CHAT, json={"messages": MESSAGES})
     assert fake_engine.calls[-1].options.reasoning_ended is None  # unconstrained: nothing to tell
+
+
+def test_an_output_constrained_from_its_first_token_is_content(client, fake_engine):
+    """include_reasoning false with a schema: the engine constrains from token 0, so Qwen3's parser
+    (thinking on, which would call text without `</think>` reasoning) must read it all as content."""
+    use_parsers(fake_engine, reasoning="qwen3")
+    fake_engine.script = script(*token_pieces('{"city": "Rome"}'))
+    schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": WEATHER}}
+    message, streamed = whole_and_streamed(client, {"messages": MESSAGES, "response_format": schema,
+                                                    "include_reasoning": False})
+    assert json.loads(message["content"]) == json.loads(streamed["content"]) == {"city": "Rome"}

@@ -56,8 +56,11 @@ class ChatJob(Job):
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # what the chat template (and parsers) saw
 
     def output(self) -> ChoiceOutput:
+        first = self.choices[0]
+        # The engine was told to constrain from the first token: the output has no reasoning to read.
         return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
-                            self.choices[0].prompt.token_ids, self.request.include_reasoning)
+                            first.prompt.token_ids, self.request.include_reasoning,
+                            no_reasoning=first.options.reasoning_ended is True)
 
     def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
         if parts is not None:

@@ -35,13 +35,14 @@ def _join(a: str | None, b: str | None) -> str | None:
 class ChoiceOutput:
     def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any,
                  template_kwargs: dict[str, Any] | None = None, prompt_ids: list[int] | None = None,
-                 include_reasoning: bool = True) -> None:
+                 include_reasoning: bool = True, no_reasoning: bool = False) -> None:
         self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
         if parsers is not None:
             self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto",
-                                             template_kwargs=template_kwargs, prompt_ids=prompt_ids)
+                                             template_kwargs=template_kwargs, prompt_ids=prompt_ids,
+                                             no_reasoning=no_reasoning)
         self.include_reasoning = include_reasoning  # false: the reasoning is read, and dropped
         self.read_reasoning: str | None = None  # what the whole text had, shown or not (it is counted)
         self.called = False

@@ -35,7 +35,7 @@ class ParserSet:
         return cls(tokenizer, *parser_classes(reasoning, tool))
 
     def for_choice(self, request: Any, use_tools: bool, template_kwargs: dict[str, Any] | None = None,
-                   prompt_ids: list[int] | None = None) -> "ChoiceParser | None":
+                   prompt_ids: list[int] | None = None, no_reasoning: bool = False) -> "ChoiceParser | None":
         """A choice's parsers, built as vLLM's server builds them: the reasoning parser sees the chat
         template kwargs (Qwen3 reads `enable_thinking` there), the tool parser the request's tools."""
         reasoning = self.reasoning_parser(template_kwargs) if self.reasoning else None
@@ -43,8 +43,9 @@ class ParserSet:
         if not (reasoning or tool):
             return None
         # A prompt that already ended the reasoning (a template with thinking off writes `<think></think>`)
-        # leaves none to read, whichever parser: vLLM's streaming path makes the same check.
-        ended = reasoning is not None and reasoning.is_reasoning_end(list(prompt_ids or []))
+        # leaves none to read, whichever parser: vLLM's streaming path makes the same check. So does an
+        # output the engine constrained from its first token (`no_reasoning`).
+        ended = reasoning is not None and (no_reasoning or reasoning.is_reasoning_end(list(prompt_ids or [])))
         return ChoiceParser(reasoning, tool, request, reasoning_ended=ended)
 
     def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:

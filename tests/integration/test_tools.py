@@ -17,7 +17,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
              "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
              "required": ["zone"], "additionalProperties": False}}}]
 SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
-ENOUGH = 200  # tokens: the constrained JSON must be able to finish
+ENOUGH = 400  # tokens: room for the constrained JSON to finish (the random model still may not)
 
 
 def test_named_tool_returns_a_call_whose_arguments_validate(client, model):
@@ -31,10 +31,14 @@ def test_named_tool_returns_a_call_whose_arguments_validate(client, model):
 
 
 def test_required_returns_calls_whose_arguments_validate(client, model):
+    """The random model may fill any budget with whitespace or a string (finish_reason "length"); every
+    call of an answer that finished validates, and some finish."""
     chat = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                          max_tokens=ENOUGH, seed=2, n=2)
-    for choice in chat.choices:
-        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+                                          max_tokens=ENOUGH, seed=2, n=4)
+    finished = [choice for choice in chat.choices if choice.finish_reason == "tool_calls"]
+    assert finished and all(choice.finish_reason in ("tool_calls", "length") for choice in chat.choices)
+    for choice in finished:
+        assert choice.message.tool_calls
         for call in choice.message.tool_calls:
             jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
 
@@ -55,14 +59,23 @@ def _assembled(stream):
 
 
 def test_streamed_required_calls_validate_and_equal_the_whole_ones(client, model):
-    kwargs = dict(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=ENOUGH, seed=3)
-    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
-    calls, finish = _assembled(client.chat.completions.create(stream=True, **kwargs))
-    assert finish == "tool_calls" and calls
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == \
-        [(c.function.name, json.loads(c.function.arguments)) for c in whole]
-    for call in calls:
-        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+    for seed in range(3, 9):
+        kwargs = dict(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=ENOUGH,
+                      seed=seed)
+        whole = client.chat.completions.create(**kwargs).choices[0]
+        calls, finish = _assembled(client.chat.completions.create(stream=True, **kwargs))
+        assert finish == whole.finish_reason and calls
+        if finish == "length":  # the same calls, the last cut short
+            assert [(c["name"], c["arguments"]) for c in calls] == \
+                [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+            continue
+        assert finish == "tool_calls"
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == \
+            [(c.function.name, json.loads(c.function.arguments)) for c in whole.message.tool_calls]
+        for call in calls:
+            jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+        return
+    raise AssertionError("no seed finished its calls within the budget")
 
 
 def test_streamed_named_call_validates(client, model):
@@ -100,3 +113,33 @@ def test_response_format_json_object_gives_a_json_object(client, model):
             assert isinstance(json.loads(choice.message.content), dict)
         else:
             assert isinstance(partial_json_parser.loads(choice.message.content), dict)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 5, 8, 13, 21, 34, 55, 89])
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_call_either_parses_and_validates_or_says_length(client, model, max_tokens, choice):
+    """Small budgets cut the constrained JSON anywhere: then finish_reason is "length" (and the stream
+    said the same calls); with room, every call's arguments parse and follow the tool's schema."""
+    kwargs = dict(model=model, messages=MESSAGES, tools=TOOLS, tool_choice=choice, max_tokens=max_tokens, seed=7)
+    choice_out = client.chat.completions.create(**kwargs).choices[0]
+    calls, finish = _assembled(client.chat.completions.create(stream=True, **kwargs))
+    assert finish == choice_out.finish_reason
+    whole = [(c.function.name, c.function.arguments) for c in choice_out.message.tool_calls or []]
+    if choice_out.finish_reason == "length":
+        assert [name for name, _ in whole] == [c["name"] for c in calls]
+        return
+    assert choice_out.finish_reason == ("tool_calls" if choice == "required" else "stop") and whole
+    for name, arguments in whole:
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+
+
+def test_a_forced_call_with_the_default_budget(client, model):
+    """As a new user tries it: no max_tokens, so the whole context is the budget. The random model may
+    still fill it inside a string; whatever it does, the answer says which case it is."""
+    for seed in range(3):
+        choice = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, seed=seed,
+                                                tool_choice="required").choices[0]
+        assert choice.finish_reason in ("tool_calls", "length")
+        if choice.finish_reason == "tool_calls":
+            for call in choice.message.tool_calls:
+                jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
