@@ -27,10 +27,19 @@ def test_another_model_is_served_under_its_id(tmp_path):
     assert s.served_model_name == "org/some-model" and "--max-model-len" not in s.engine_argv()
 
 
-def test_user_engine_args_come_last_so_they_win(tmp_path):
+def test_user_engine_args_come_last_and_replace_the_defaults(tmp_path):
     s = settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --enable-chunked-prefill")
-    assert s.engine_argv(("--no-enable-chunked-prefill",))[-3:] == ["--max-model-len", "512",
-                                                                   "--enable-chunked-prefill"]
+    argv = s.engine_argv(("--no-enable-chunked-prefill",))
+    assert argv[-3:] == ["--max-model-len", "512", "--enable-chunked-prefill"]
+    # Choir's own values of those flags are left out: vLLM would warn of duplicate keys.
+    assert argv.count("--max-model-len") == 1 and "--no-enable-chunked-prefill" not in argv
+    assert "--enforce-eager" in argv and argv[argv.index("--max-num-seqs") + 1] == "128"
+
+
+def test_the_reasoning_parser_reaches_the_engine(tmp_path):
+    argv = settings(tmp_path, CHOIR_REASONING_PARSER="qwen3").engine_argv()
+    assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
+    assert "--reasoning-parser" not in settings(tmp_path).engine_argv()
 
 
 def test_env_file_is_read_and_the_environment_wins(tmp_path):
@@ -47,6 +56,7 @@ def test_env_file_is_read_and_the_environment_wins(tmp_path):
     ({"CHOIR_LOG_LEVEL": "loud"}, "CHOIR_LOG_LEVEL"),
     ({"CHOIR_ENGINE_ARGS": "--max-model-len '512"}, "CHOIR_ENGINE_ARGS"),
     ({"CHOIR_ENGINE_ARGS": "--model x"}, "CHOIR_MODEL"),
+    ({"CHOIR_ENGINE_ARGS": "--reasoning-parser qwen3"}, "CHOIR_REASONING_PARSER"),
 ])
 def test_bad_settings_are_one_clear_error(tmp_path, env, fragment):
     with pytest.raises(SettingsError, match=fragment) as raised:
@@ -61,6 +71,9 @@ def test_engine_args_go_through_vllms_own_parser(tmp_path):
                              on_cpu=True)
     assert args.max_model_len == 512 and args.max_logprobs == 5 and args.enable_chunked_prefill is False
     assert args.served_model_name == [BUNDLED_MODEL_NAME]
+    flags = "--structured-outputs-config.backend xgrammar --structured-outputs-config.disable_any_whitespace true"
+    dotted = parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS=flags), on_cpu=True)
+    assert dotted.structured_outputs_config.disable_any_whitespace is True  # vLLM's dotted flags work
 
 
 @pytest.mark.parametrize("flags, fragment", [("--no-such-flag", "--no-such-flag"),
@@ -74,7 +87,8 @@ def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
 
 
 @pytest.mark.parametrize("env", [{"CHOIR_MAX_N": "many"}, {"CHOIR_COMPAT": "openai-ish"},
-                                 {"CHOIR_ENGINE_ARGS": "--no-such-flag"}, {"CHOIR_TOOL_PARSER": "no-such-parser"}])
+                                 {"CHOIR_ENGINE_ARGS": "--no-such-flag"}, {"CHOIR_TOOL_PARSER": "no-such-parser"},
+                                 {"CHOIR_REASONING_PARSER": "no-such-parser"}])
 def test_server_with_a_bad_setting_exits_with_one_line(env):
     """Both kinds: checked when the app is built, and when the engine's flags are parsed."""
     result = subprocess.run(

@@ -63,7 +63,10 @@ def test_responses_forced_function_call(client, model):
     jsonschema.validate(json.loads(call.arguments), parameters)
 
 
-def test_responses_store_true_is_refused(client, model):
+def test_responses_store_true_is_tolerated(client, model):
+    """OpenAI's default: accepted, nothing stored, and the response says so."""
+    response = client.responses.create(model=model, input="x", store=True, max_output_tokens=2)
+    assert response.status == "incomplete" and response.store is False
     with pytest.raises(openai.BadRequestError) as raised:
-        client.responses.create(model=model, input="x", store=True)
-    assert raised.value.body["param"] == "store"
+        client.responses.create(model=model, input="x", previous_response_id=response.id)
+    assert raised.value.body["param"] == "previous_response_id"
