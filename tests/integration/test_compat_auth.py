@@ -49,6 +49,8 @@ def test_default_profile_refuses_deprecated_function_fields(client, model, field
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=2, **{field: value})
     assert raised.value.body["param"] == field
+    # Either message alone names both replacements.
+    assert "`tools`" in raised.value.body["message"] and "`tool_choice`" in raised.value.body["message"]
 
 
 def test_default_profile_unknown_model_is_400_and_names_the_served_model(client, model):
