@@ -113,6 +113,13 @@ def test_health_stays_open_with_a_key(vllm_server):
     assert httpx.get(f"{vllm_server.base_url}/v1/models").status_code == 401
 
 
+@pytest.mark.parametrize("path, body", [("/tokenize", {"prompt": "hi"}), ("/detokenize", {"tokens": [1, 70]})])
+def test_the_tokenizer_routes_need_the_key(vllm_server, path, body):
+    assert httpx.post(f"{vllm_server.base_url}{path}", json=body).status_code == 401
+    authorized = httpx.post(f"{vllm_server.base_url}{path}", json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert authorized.status_code == 200
+
+
 def test_reasoning_parser_on_the_real_engine(vllm_client):
     """deepseek_r1 reads text before `</think>` as reasoning; the tiny model never writes the marker,
     so all of it is reasoning, in the vllm profile's `reasoning` field, streamed the same."""
