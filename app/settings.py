@@ -4,6 +4,7 @@ Every setting is a `CHOIR_*` variable; `.env.example` lists them with their defa
 Invalid values raise `SettingsError` with one line that names the variable and what to fix.
 """
 
+import json
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -12,18 +13,31 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL_DIR = PROJECT_ROOT / "models" / "choir-tiny"
 BUNDLED_MODEL_NAME = "choir-tiny"
+BUNDLED_LORA_DIR = PROJECT_ROOT / "models" / "choir-tiny-lora"
+BUNDLED_EMBEDDING_DIR = PROJECT_ROOT / "models" / "choir-tiny-embed"
+BUNDLED_EMBEDDING_NAME = "choir-tiny-embed"
 
 # Engine flags for the bundled tiny model: small context and batch keep the CPU KV cache
 # (VLLM_CPU_KVCACHE_SPACE, GiB) small, and CUDA graphs are pointless for it.
 BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
+BUNDLED_EMBEDDING_ENGINE_ARGS = ("--max-model-len", "512", "--max-num-seqs", "64", "--enforce-eager")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Engine flags Choir sets from its own settings (its serving side needs the same values).
 OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
              "--reasoning-parser": "CHOIR_REASONING_PARSER"}
+EMBEDDING_OWN_FLAGS = {"--model": "CHOIR_EMBEDDING_MODEL", "--served-model-name": "CHOIR_EMBEDDING_MODEL_NAME"}
 
 
 class SettingsError(ValueError):
     """A setting has a value Choir cannot start with."""
+
+
+@dataclass(frozen=True)
+class LoraModule:
+    """A LoRA adapter served under its own model name (vLLM's --lora-modules)."""
+
+    name: str
+    path: str
 
 
 @dataclass(frozen=True)
@@ -43,12 +57,31 @@ class Settings:
     protect_metrics: bool = False
     tool_parser: str | None = None
     reasoning_parser: str | None = None
+    lora_modules: tuple[LoraModule, ...] = ()
+    allow_runtime_lora: bool = False
+    # A second engine for /v1/embeddings (vLLM's pooling runner), off unless a model is given.
+    embedding_model: str | None = None
+    embedding_model_name: str | None = None
+    embedding_engine_args: tuple[str, ...] = ()
     # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_bundled_model(self) -> bool:
         return Path(self.model).resolve() == BUNDLED_MODEL_DIR
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """CHOIR_SERVED_MODEL_NAME is one name or several (aliases), comma-separated; the first is reported."""
+        return tuple(name.strip() for name in self.served_model_name.split(",") if name.strip())
+
+    @property
+    def embedding_model_names(self) -> tuple[str, ...]:
+        if self.embedding_model is None:
+            return ()
+        bundled = Path(self.embedding_model).resolve() == BUNDLED_EMBEDDING_DIR
+        names = self.embedding_model_name or (BUNDLED_EMBEDDING_NAME if bundled else self.embedding_model)
+        return tuple(name.strip() for name in names.split(",") if name.strip())
 
     def engine_argv(self, platform_defaults: tuple[str, ...] = ()) -> list[str]:
         """The engine's flags in vLLM CLI syntax: Choir's defaults first, so the user's win."""
@@ -57,8 +90,19 @@ class Settings:
         # the reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
         reasoning = ("--reasoning-parser", self.reasoning_parser) if self.reasoning_parser else ()
         defaults = _not_overridden([*platform_defaults, *model_defaults], self.engine_args)
-        return ["--model", self.model, "--served-model-name", self.served_model_name,
-                *defaults, *reasoning, *self.engine_args]
+        lora = ("--enable-lora",) if (self.lora_modules or self.allow_runtime_lora) else ()
+        return ["--model", self.model, "--served-model-name", *self.served_model_names,
+                *_not_overridden(list(lora), self.engine_args), *defaults, *reasoning, *self.engine_args]
+
+    def embedding_engine_argv(self) -> list[str]:
+        """The embedding engine's flags: vLLM's pooling runner (a Llama-shaped embedder would otherwise
+        be taken for a generator), the bundled model's small context, then CHOIR_EMBEDDING_ENGINE_ARGS."""
+        assert self.embedding_model is not None
+        bundled = BUNDLED_EMBEDDING_ENGINE_ARGS if Path(self.embedding_model).resolve() == BUNDLED_EMBEDDING_DIR \
+            else ()
+        defaults = _not_overridden(["--runner", "pooling", *bundled], self.embedding_engine_args)
+        return ["--model", self.embedding_model, "--served-model-name", *self.embedding_model_names, *defaults,
+                *self.embedding_engine_args]
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
@@ -78,13 +122,7 @@ class Settings:
             raise SettingsError(f"CHOIR_MODEL={model!r} is not a directory.{hint}")
         default_name = BUNDLED_MODEL_NAME if bundled else model
         served_model_name = env.get("CHOIR_SERVED_MODEL_NAME") or default_name
-        try:
-            engine_args = tuple(shlex.split(env.get("CHOIR_ENGINE_ARGS", "")))
-        except ValueError as exc:
-            raise SettingsError(f"CHOIR_ENGINE_ARGS cannot be split into flags: {exc}.") from None
-        for flag, setting in OWN_FLAGS.items():
-            if any(arg == flag or arg.startswith(flag + "=") for arg in engine_args):
-                raise SettingsError(f"CHOIR_ENGINE_ARGS must not contain {flag}: set {setting} instead.")
+        engine_args = _engine_flags(env, "CHOIR_ENGINE_ARGS", OWN_FLAGS)
         log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()
         if log_level not in LOG_LEVELS:
             raise SettingsError(f"CHOIR_LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}.")
@@ -104,8 +142,57 @@ class Settings:
             protect_metrics=_boolean(env, "CHOIR_PROTECT_METRICS", False),
             tool_parser=env.get("CHOIR_TOOL_PARSER") or None,
             reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
+            lora_modules=_lora_modules(env.get("CHOIR_LORA_MODULES", "")),
+            allow_runtime_lora=_boolean(env, "CHOIR_ALLOW_RUNTIME_LORA", False),
+            embedding_model=_embedding_model(env.get("CHOIR_EMBEDDING_MODEL") or None),
+            embedding_model_name=env.get("CHOIR_EMBEDDING_MODEL_NAME") or None,
+            embedding_engine_args=_engine_flags(env, "CHOIR_EMBEDDING_ENGINE_ARGS", EMBEDDING_OWN_FLAGS),
             environ=env,
         )
+
+
+def _lora_modules(raw: str) -> tuple[LoraModule, ...]:
+    """vLLM's --lora-modules forms: `name=path,...`, or a JSON list of {"name", "path"} objects."""
+    raw = raw.strip()
+    if not raw:
+        return ()
+    if raw.startswith("["):
+        try:
+            entries = [(item["name"], item["path"]) for item in json.loads(raw)]
+        except (ValueError, TypeError, KeyError):
+            raise SettingsError('CHOIR_LORA_MODULES is not a JSON list of {"name": ..., "path": ...}.') from None
+    else:
+        entries = [tuple(part.split("=", 1)) for part in raw.split(",") if part.strip()]
+    modules = []
+    for entry in entries:
+        if len(entry) != 2 or not str(entry[0]).strip() or not str(entry[1]).strip():
+            raise SettingsError(f"CHOIR_LORA_MODULES entry {'='.join(map(str, entry))!r} is not name=path.")
+        name, path = str(entry[0]).strip(), str(entry[1]).strip()
+        if path.startswith((".", "/", "~")) and not Path(path).expanduser().is_dir():
+            raise SettingsError(f"CHOIR_LORA_MODULES: {name}={path} is not a directory.")
+        modules.append(LoraModule(name, str(Path(path).expanduser()) if path.startswith("~") else path))
+    if len({m.name for m in modules}) != len(modules):
+        raise SettingsError("CHOIR_LORA_MODULES names an adapter twice.")
+    return tuple(modules)
+
+
+def _embedding_model(model: str | None) -> str | None:
+    if model is not None and model.startswith((".", "/", "~")) and not Path(model).expanduser().is_dir():
+        hint = " Run `make install` to build the bundled one." if Path(model).resolve() == BUNDLED_EMBEDDING_DIR \
+            else ""
+        raise SettingsError(f"CHOIR_EMBEDDING_MODEL={model!r} is not a directory.{hint}")
+    return model
+
+
+def _engine_flags(env: dict[str, str], name: str, own: dict[str, str]) -> tuple[str, ...]:
+    try:
+        flags = tuple(shlex.split(env.get(name, "")))
+    except ValueError as exc:
+        raise SettingsError(f"{name} cannot be split into flags: {exc}.") from None
+    for flag, setting in own.items():
+        if any(arg == flag or arg.startswith(flag + "=") for arg in flags):
+            raise SettingsError(f"{name} must not contain {flag}: set {setting} instead.")
+    return flags
 
 
 def _flag_name(arg: str) -> str:

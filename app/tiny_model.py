@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # Any edit to this file changes the version, so existing directories get rebuilt.
@@ -156,27 +157,34 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def is_complete(target: Path) -> bool:
-    """True if `target` holds a model written by this version of the builder."""
+def is_complete(target: Path, version: str = BUILDER_VERSION) -> bool:
+    """True if `target` holds a directory written by this version of its builder."""
     try:
-        return (Path(target) / MARKER).read_text(encoding="utf-8").strip() == BUILDER_VERSION
+        return (Path(target) / MARKER).read_text(encoding="utf-8").strip() == version
     except OSError:
         return False
 
 
 def build(target: Path, *, force: bool = False) -> Path:
     """Ensure a complete tiny model exists at `target` and return its path."""
+    return build_atomically(target, BUILDER_VERSION, lambda out: _build_weights(out, _build_tokenizer(out)),
+                            force=force)
+
+
+def build_atomically(target: Path, version: str, write: Callable[[Path], None], *, force: bool = False) -> Path:
+    """Run `write` into a fresh directory and move it to `target` whole, marked with `version`; a
+    directory already marked with it is kept (a concurrent builder may finish first)."""
     target = Path(target)
-    if not force and is_complete(target):
+    if not force and is_complete(target, version):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        _build_weights(tmp, _build_tokenizer(tmp))
-        (tmp / MARKER).write_text(BUILDER_VERSION + "\n", encoding="utf-8")
+        write(tmp)
+        (tmp / MARKER).write_text(version + "\n", encoding="utf-8")
         for path in (tmp, *tmp.iterdir()):  # mkdtemp and safetensors create private files
             path.chmod(0o755 if path.is_dir() else 0o644)
-        if not force and is_complete(target):
+        if not force and is_complete(target, version):
             return target  # a concurrent builder finished first
         if target.exists():
             stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -186,7 +194,7 @@ def build(target: Path, *, force: bool = False) -> Path:
             os.replace(tmp, target)
         except OSError:
             # A concurrent builder got there first; its result is as good as ours.
-            if not is_complete(target):
+            if not is_complete(target, version):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -194,13 +202,22 @@ def build(target: Path, *, force: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The model at --out, and its LoRA adapter and embedding model beside it (`<out>-lora`, `<out>-embed`)."""
+    from app import tiny_extras
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"default: {DEFAULT_DIR}")
     parser.add_argument("--force", action="store_true", help="rebuild even if complete")
     args = parser.parse_args(argv)
-    existed = not args.force and is_complete(args.out)
-    path = build(args.out, force=args.force)
-    print(f"{'up to date' if existed else 'built'}: {path}")
+    model = args.out
+    for target, version, make in (
+            (model, BUILDER_VERSION, lambda: build(model, force=args.force)),
+            (model.with_name(model.name + "-lora"), tiny_extras.EXTRAS_VERSION,
+             lambda: tiny_extras.build_lora(model.with_name(model.name + "-lora"), model, force=args.force)),
+            (model.with_name(model.name + "-embed"), tiny_extras.EXTRAS_VERSION,
+             lambda: tiny_extras.build_embedding(model.with_name(model.name + "-embed"), model, force=args.force))):
+        existed = not args.force and is_complete(target, version)
+        print(f"{'up to date' if existed else 'built'}: {make()}")
     return 0
 
 

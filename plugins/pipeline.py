@@ -17,7 +17,7 @@ from litestar.plugins import InitPlugin
 
 from app.compat import OperationCompat
 from plugins.aggregation import Aggregator
-from plugins.engine.protocol import Engine
+from plugins.engine.protocol import EmbeddingEngine, Engine
 from plugins.fanout import FanOut
 from plugins.spec import operation_compat
 
@@ -26,8 +26,9 @@ from plugins.spec import operation_compat
 class Pipeline:
     compat: OperationCompat
     fan_out: FanOut
-    engine: Engine
+    engine: Engine  # generation, LoRA adapters included
     aggregator: Aggregator
+    embedding: EmbeddingEngine | None = None  # CHOIR_EMBEDDING_MODEL's engine
 
 
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
@@ -36,18 +37,20 @@ PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`; needs the engine plugin's state key (`engine_state_key`)."""
 
-    __slots__ = ("engine_state_key", "fan_out")
+    __slots__ = ("embedding_state_key", "engine_state_key", "fan_out")
 
-    def __init__(self, fan_out: FanOut, engine_state_key: str = "engine") -> None:
-        self.fan_out, self.engine_state_key = fan_out, engine_state_key
+    def __init__(self, fan_out: FanOut, engine_state_key: str = "engine",
+                 embedding_state_key: str = "embedding_engine") -> None:
+        self.fan_out, self.engine_state_key, self.embedding_state_key = fan_out, engine_state_key, embedding_state_key
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        fan_out, key = self.fan_out, self.engine_state_key
+        fan_out, key, embedding_key = self.fan_out, self.engine_state_key, self.embedding_state_key
 
         def provide_pipeline(request: Request) -> Pipeline:
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
-            engine = request.app.state[key]
-            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine))
+            state = request.app.state
+            engine = state[key]
+            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state.get(embedding_key))
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

@@ -58,6 +58,7 @@ class FakeEngine:
     is_alive: bool = True
     fail_with: BaseException | None = None
     delay: float = 0.0
+    adapters: dict[str, str] = field(default_factory=dict)  # LoRA adapters: name → path
     calls: list[Call] = field(default_factory=list)
     renders: list[RenderOptions] = field(default_factory=list)  # each render's options
     templates: list[ChatTemplateOptions] = field(default_factory=list)
@@ -139,8 +140,20 @@ class FakeEngine:
         finally:
             self.running.discard(request_id)
 
-    async def abort(self, request_id: str) -> None:
-        self.aborted.append(request_id)
+    async def load_adapter(self, name: str, path: str) -> None:
+        from plugins.engine.protocol import AdapterError
+
+        if name in self.served_model_names or name in self.adapters:
+            raise AdapterError(f"The model name `{name}` is taken.")
+        if not path.startswith("/adapters/"):
+            raise AdapterError(f"No adapter found at {path}.")
+        self.adapters[name] = path
+
+    async def unload_adapter(self, name: str) -> None:
+        from plugins.engine.protocol import UnknownAdapter
+
+        if self.adapters.pop(name, None) is None:
+            raise UnknownAdapter(name)
 
     async def abort_all(self) -> int:
         self.aborted.extend(self.running)
@@ -148,6 +161,41 @@ class FakeEngine:
 
     def num_unfinished_requests(self) -> int:
         return len(self.running)
+
+
+@dataclass
+class FakeEmbeddingEngine:
+    """Embeds a prompt as its token ids' histogram over `embedding_size` buckets (deterministic, and
+    different prompts get different vectors); records every embed."""
+
+    served_model_names: tuple[str, ...] = ("fake-embed",)
+    model_root: str = "/models/fake-embed"
+    max_model_len: int = 64
+    embedding_size: int = 8
+    matryoshka_dimensions: tuple[int, ...] | None = (4, 8)
+    is_alive: bool = True
+    embedded: list[tuple[Prompt, str, int | None, bool | None]] = field(default_factory=list)
+
+    async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
+        return await FakeEngine.render_completion(FakeEngine(), prompts, options)
+
+    async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
+                    normalize: bool | None = None) -> list[float]:
+        self.embedded.append((prompt, request_id, dimensions, normalize))
+        vector = [0.0] * self.embedding_size
+        for token in prompt.token_ids:
+            vector[token % self.embedding_size] += 1.0
+        vector = vector[: dimensions or self.embedding_size]
+        if normalize is not False:
+            norm = sum(v * v for v in vector) ** 0.5 or 1.0
+            vector = [v / norm for v in vector]
+        return vector
+
+    async def abort_all(self) -> int:
+        return 0
+
+    def num_unfinished_requests(self) -> int:
+        return 0
 
 
 def _truncated(ids: list[int], options: RenderOptions) -> list[int]:
@@ -172,7 +220,7 @@ def _text(content: Any) -> str:
     return content or ""
 
 
-def fake_engine_factory(engine: FakeEngine) -> Callable[..., Any]:
+def fake_engine_factory(engine: Any) -> Callable[..., Any]:
     @asynccontextmanager
     async def factory(settings) -> AsyncIterator[FakeEngine]:
         yield engine

@@ -163,11 +163,13 @@ async def test_closing_the_stream_early_aborts_every_child(n):
     from app.serving.chat import plan_chat, stream_chat
     from plugins.aggregation import Aggregator
     from plugins.fanout import FanOut
+    from plugins.pipeline import Pipeline
     from tests.fakes import FakeEngine
 
     engine = FakeEngine(script=lambda prompt, params: ["tok"] * 50, delay=0.01, max_model_len=200)
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=n, stream=True)
-    job = await plan_chat(engine, FanOut(), OperationCompat(), msgspec_convert(request), "chatcmpl-x", 0)
+    pipeline = Pipeline(OperationCompat(), FanOut(), engine, Aggregator(engine))
+    job = await plan_chat(pipeline, msgspec_convert(request), "chatcmpl-x", 0)
     events = stream_chat(Aggregator(engine), job)
     for _ in range(3):
         await anext(events)

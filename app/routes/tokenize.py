@@ -12,11 +12,11 @@ from plugins.spec import operation
 async def create_tokens(data: SkipValidation[TokenizeRequest], request: Request,
                         pipeline: PipelineDependency) -> TokenizeResponse:
     pipeline.compat.check_body(data, TokenizeRequest)
-    return await tokenize(pipeline.engine, pipeline.compat, parse_strict(data, TokenizeRequest))
+    return await tokenize(pipeline, parse_strict(data, TokenizeRequest))
 
 
 @operation("detokenize")
 async def create_text(data: SkipValidation[DetokenizeRequest], request: Request,
                       pipeline: PipelineDependency) -> DetokenizeResponse:
     pipeline.compat.check_body(data, DetokenizeRequest)
-    return detokenize(pipeline.engine, pipeline.compat, parse_strict(data, DetokenizeRequest))
+    return detokenize(pipeline, parse_strict(data, DetokenizeRequest))

@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol import without_none
 from app.protocol.chat import (
@@ -41,8 +40,9 @@ from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
 from plugins.aggregation import Aggregator, cached_tokens, usage
-from plugins.engine.protocol import ChatTemplateOptions, Engine
-from plugins.fanout import Choice, FanOut, PromptRequest
+from plugins.engine.protocol import ChatTemplateOptions
+from plugins.fanout import Choice, PromptRequest
+from plugins.pipeline import Pipeline
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,9 +111,9 @@ def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str
     return kwargs
 
 
-async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ChatCompletionRequest,
-                    response_id: str, created: int) -> ChatJob:
-    model = check_common(engine, compat, request)
+async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response_id: str, created: int) -> ChatJob:
+    engine, fan_out, compat = pipeline.engine, pipeline.fan_out, pipeline.compat
+    model = check_common(pipeline, request)
     candidates = best_of_candidates(request)
     fan_out.check(candidates or request.n, request.seed)
     _check_unsupported(request)
@@ -142,15 +142,15 @@ async def plan_chat(engine: Engine, fan_out: FanOut, compat: OperationCompat, re
                                    prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
                                    structured_outputs=constraint)
     parsers = engine.parsers
-    options = generate_options(request, engine.priority_scheduling,
+    options = generate_options(request, engine.priority_scheduling, model.adapter,
                                *_reasoning_for_engine(request, parsers, kwargs, prompt.token_ids, constraint))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id, options=options)
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
-    return ChatJob(request=request, model=model, response_id=response_id, created=created,
+    return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=fan_out.choices([single], candidates or request.n), system_fingerprint=fingerprint,
                    keep=request.n if candidates else None, delta_always=compat.delta_always,
                    reasoning_field=compat.reasoning_field, tools=tools, parsers=parsers,
-                   parser_request=_parser_request(request, model) if parsers else None, template_kwargs=kwargs)
+                   parser_request=_parser_request(request, model.name) if parsers else None, template_kwargs=kwargs)
 
 
 def _reasoning_for_engine(request: ChatCompletionRequest, parsers: ParserSet | None, kwargs: dict[str, Any],

@@ -4,7 +4,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
@@ -23,7 +22,8 @@ from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
 from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import Engine
-from plugins.fanout import Choice, FanOut, PromptRequest
+from plugins.fanout import Choice, PromptRequest
+from plugins.pipeline import Pipeline
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,9 +32,10 @@ class CompletionJob(Job):
     echo_only: bool  # max_tokens=0 with echo: the engine runs one token, which is dropped
 
 
-async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: CompletionRequest,
-                          response_id: str, created: int) -> CompletionJob:
-    model = check_common(engine, compat, request)
+async def plan_completion(pipeline: Pipeline, request: CompletionRequest, response_id: str,
+                          created: int) -> CompletionJob:
+    engine, fan_out, compat = pipeline.engine, pipeline.fan_out, pipeline.compat
+    model = check_common(pipeline, request)
     candidates = best_of_candidates(request)
     fan_out.check(candidates or request.n, request.seed)
     if request.suffix is not None:
@@ -51,7 +52,7 @@ async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationComp
                             detokenize=request.echo)
     prompts = await engine.render_completion(raw_prompts, render)
     constraint = structured_outputs(request)
-    options = generate_options(request, engine.priority_scheduling)
+    options = generate_options(request, engine.priority_scheduling, adapter=model.adapter)
     requests = []
     for index, prompt in enumerate(prompts):
         check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "prompt")
@@ -64,7 +65,7 @@ async def plan_completion(engine: Engine, fan_out: FanOut, compat: OperationComp
         requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id,
                                       options=options))
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
-    return CompletionJob(request=request, model=model, response_id=response_id, created=created,
+    return CompletionJob(request=request, model=model.name, response_id=response_id, created=created,
                          choices=fan_out.choices(requests, candidates or request.n), system_fingerprint=fingerprint,
                          echo_only=requested == 0, keep=request.n if candidates else None)
 

@@ -2,24 +2,23 @@
 
 from typing import Any
 
-from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol.common import SamplingFields
+from app.serving.models import ModelChoice, generation_model
 from app.serving.unserved import refuse_unserved
-from plugins.engine.protocol import Engine
 
 
-def check_common(engine: Engine, compat: OperationCompat, request: SamplingFields) -> str:
-    """Validate what both endpoints share; return the model name to report."""
-    compat.check_model(request.model, engine.served_model_names)
+def check_common(pipeline, request: SamplingFields) -> ModelChoice:
+    """Validate what both endpoints share; return the model (and LoRA adapter) the request names."""
+    model = generation_model(pipeline, request.model)
     refuse_unserved(request)
     temperature = request.temperature
     if temperature is None:
-        temperature = engine.default_sampling_params.get("temperature", 1.0)
-    compat.check_n(request.n, temperature)
+        temperature = pipeline.engine.default_sampling_params.get("temperature", 1.0)
+    pipeline.compat.check_n(request.n, temperature)
     if request.stream_options is not None and not request.stream:
         raise bad_request("stream_options can only be set when stream is true.", "stream_options")
-    return engine.served_model_names[0]
+    return model
 
 
 def completion_prompts(prompt: str | list[Any]) -> list[str] | list[list[int]]:

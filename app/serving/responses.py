@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 
-from app.compat import OperationCompat
 from app.errors import APIError, bad_request
 from app.protocol import parse_strict
 from app.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
@@ -27,8 +26,7 @@ from app.serving.chat import ChatJob, plan_chat
 from app.serving.response_events import ResponseBuilder
 from app.serving.streaming import Outbox, named_frame
 from plugins.aggregation import Aggregator, cached_tokens
-from plugins.engine.protocol import Engine
-from plugins.fanout import FanOut
+from plugins.pipeline import Pipeline
 
 _ITEM_TYPES = {"message": InputMessage, "function_call": FunctionCallInput,
                "function_call_output": FunctionCallOutputInput, "reasoning": ReasoningInput}
@@ -112,10 +110,10 @@ def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
     return {"role": parsed.role, "content": content}
 
 
-async def plan_response(engine: Engine, fan_out: FanOut, compat: OperationCompat, request: ResponsesRequest,
-                        response_id: str, created: int) -> tuple[ChatJob, ResponseBuilder]:
+async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str,
+                        created: int) -> tuple[ChatJob, ResponseBuilder]:
     try:
-        job = await plan_chat(engine, fan_out, compat, to_chat(request), response_id, created)
+        job = await plan_chat(pipeline, to_chat(request), response_id, created)
     except APIError as exc:
         raise _in_responses_terms(exc) from None
     return job, ResponseBuilder(job, request)

@@ -106,16 +106,18 @@ def render_options(request: SamplingFields, *, chat: bool, max_model_len: int, m
                          truncation_side=request.truncation_side, cache_salt=salt)
 
 
-def generate_options(request: SamplingFields, priority_scheduling: bool, reasoning_ended: bool | None = None,
+def generate_options(request: SamplingFields, priority_scheduling: bool, adapter: str | None = None,
+                     reasoning_ended: bool | None = None,
                      reasoning_parser_kwargs: dict[str, Any] | None = None) -> GenerateOptions:
     if request.priority and not priority_scheduling:
         # vLLM 0.32 documents this error but no longer raises it: the priority would be ignored.
         raise bad_request("priority needs priority scheduling: start the server with `--scheduling-policy "
                           "priority` in CHOIR_ENGINE_ARGS, or leave priority at 0.", "priority")
-    if not (request.priority or request.session_id or reasoning_ended is not None or reasoning_parser_kwargs):
+    if not (adapter or request.priority or request.session_id or reasoning_ended is not None
+            or reasoning_parser_kwargs):
         return NO_OPTIONS
-    return GenerateOptions(priority=request.priority, session_id=request.session_id, reasoning_ended=reasoning_ended,
-                           reasoning_parser_kwargs=reasoning_parser_kwargs)
+    return GenerateOptions(adapter=adapter, priority=request.priority, session_id=request.session_id,
+                           reasoning_ended=reasoning_ended, reasoning_parser_kwargs=reasoning_parser_kwargs)
 
 
 def check_prompt_fits(prompt_tokens: int, max_model_len: int, param: str) -> None:

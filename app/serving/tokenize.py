@@ -9,15 +9,17 @@ from typing import Any
 
 import msgspec
 
-from app.compat import OperationCompat
 from app.errors import bad_request
 from app.protocol import without_none
 from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from plugins.engine.protocol import ChatTemplateOptions, Engine, RenderOptions
+from app.serving.models import generation_model
+from plugins.engine.protocol import ChatTemplateOptions, RenderOptions
+from plugins.pipeline import Pipeline
 
 
-async def tokenize(engine: Engine, compat: OperationCompat, request: TokenizeRequest) -> TokenizeResponse:
-    compat.check_model(request.model, engine.served_model_names)
+async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResponse:
+    generation_model(pipeline, request.model)  # an adapter's tokens are its base model's
+    engine = pipeline.engine
     if request.prompt is not None and request.messages is not None:
         raise bad_request("Send `prompt` (text) or `messages` (a conversation) to tokenize, not both.", "messages")
     if request.prompt is None and request.messages is None:
@@ -46,8 +48,9 @@ async def tokenize(engine: Engine, compat: OperationCompat, request: TokenizeReq
                             token_strs=engine.token_pieces(tokens) if request.return_token_strs else None)
 
 
-def detokenize(engine: Engine, compat: OperationCompat, request: DetokenizeRequest) -> DetokenizeResponse:
-    compat.check_model(request.model, engine.served_model_names)
+def detokenize(pipeline: Pipeline, request: DetokenizeRequest) -> DetokenizeResponse:
+    generation_model(pipeline, request.model)
+    engine = pipeline.engine
     for index, token in enumerate(request.tokens):
         if token >= engine.vocab_size:
             raise bad_request(f"Token id {token} is out of vocabulary: ids go from 0 to {engine.vocab_size - 1}.",

@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +15,9 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from app.settings import Settings, SettingsError
-from plugins.engine.protocol import Engine
+from plugins.engine.protocol import EmbeddingEngine, Engine
 
-EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Engine]]
+EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
 log = structlog.get_logger("choir.engine")
 
 
@@ -27,13 +27,19 @@ def _vllm_engine(settings: Settings) -> AbstractAsyncContextManager[Engine]:
     return start_vllm_engine(settings)
 
 
+def _vllm_embedding_engine(settings: Settings) -> AbstractAsyncContextManager[EmbeddingEngine]:
+    from plugins.engine.vllm_engine import start_vllm_embedding_engine
+
+    return start_vllm_embedding_engine(settings)
+
+
 class ShutdownDrain:
     """On SIGTERM/SIGINT the server stops accepting and lets in-flight requests finish, for at most
     `seconds` (CHOIR_DRAIN_SECONDS); then the engine aborts what is left, and each of those requests
     ends with an error (an error event then [DONE] for a stream), so the server can exit."""
 
-    def __init__(self, engine: Engine, seconds: float) -> None:
-        self.engine, self.seconds = engine, seconds
+    def __init__(self, engines: list[Any], seconds: float) -> None:
+        self.engines, self.seconds = engines, seconds
         self.previous: dict[int, Any] = {}
         self.timer: asyncio.TimerHandle | None = None
 
@@ -59,12 +65,13 @@ class ShutdownDrain:
 
     def _start(self) -> None:
         if self.timer is None:
-            log.info("draining", seconds=self.seconds, in_flight=self.engine.num_unfinished_requests())
+            in_flight = sum(engine.num_unfinished_requests() for engine in self.engines)
+            log.info("draining", seconds=self.seconds, in_flight=in_flight)
             self.timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
 
     def _expire(self) -> None:
         async def abort() -> None:
-            aborted = await self.engine.abort_all()
+            aborted = sum([await engine.abort_all() for engine in self.engines])
             log.warning("drain timeout: aborted the requests still running", aborted=aborted)
 
         self._task = asyncio.ensure_future(abort())
@@ -72,30 +79,44 @@ class ShutdownDrain:
 
 @dataclass
 class EngineConfig:
+    """The engines' lifecycles: the generation engine, and the embedding engine when
+    CHOIR_EMBEDDING_MODEL names a model. Both start in the lifespan and stop at its end."""
+
     settings: Settings = field(default_factory=Settings)
     factory: EngineFactory = _vllm_engine  # tests swap in a fake engine here
+    embedding_factory: EngineFactory = _vllm_embedding_engine
     state_key: str = "engine"
+    embedding_state_key: str = "embedding_engine"
     dependency_key: str = "engine"
+    embedding_dependency_key: str = "embedding_engine"
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        try:
-            context = self.factory(self.settings)
-            engine = await context.__aenter__()
-        except SettingsError as exc:
-            # Litestar would hand uvicorn a formatted traceback; a bad setting deserves one
-            # line. Nothing has started yet, so there is nothing to clean up.
-            print(f"choir: {exc}", file=sys.stderr, flush=True)
-            os._exit(2)
-        app.state[self.state_key] = engine
-        drain = ShutdownDrain(engine, self.settings.drain_seconds)
-        drain.install()
-        try:
-            yield
-        finally:
-            drain.uninstall()
-            app.state.pop(self.state_key, None)
-            await context.__aexit__(*sys.exc_info())
+        async with AsyncExitStack() as engines:
+            try:
+                engine = await engines.enter_async_context(self.factory(self.settings))
+                embedding = None
+                if self.settings.embedding_model is not None:
+                    embedding = await engines.enter_async_context(self.embedding_factory(self.settings))
+            except SettingsError as exc:
+                # Litestar would hand uvicorn a formatted traceback; a bad setting deserves one
+                # line, once what did start has stopped.
+                await engines.aclose()
+                print(f"choir: {exc}", file=sys.stderr, flush=True)
+                os._exit(2)
+            app.state[self.state_key] = engine
+            app.state[self.embedding_state_key] = embedding
+            drain = ShutdownDrain([e for e in (engine, embedding) if e is not None], self.settings.drain_seconds)
+            drain.install()
+            try:
+                yield
+            finally:
+                drain.uninstall()
+                app.state.pop(self.state_key, None)
+                app.state.pop(self.embedding_state_key, None)
 
     def provide_engine(self, state: State) -> Engine:
         return state[self.state_key]
+
+    def provide_embedding_engine(self, state: State) -> EmbeddingEngine | None:
+        return state.get(self.embedding_state_key)

@@ -4,15 +4,21 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
 from app.errors import APIError
-from plugins.engine.protocol import EngineDependency
+from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 
 
 @operation("health")
-async def health(engine: EngineDependency) -> dict[str, str | int]:
+async def health(engine: EngineDependency, embedding_engine: EmbeddingEngineDependency) -> dict[str, str | int]:
+    """Both engines: a dead embedding engine makes the server unhealthy too (a restart brings both back)."""
     if not engine.is_alive:
         raise APIError(503, "The engine is dead; the server cannot generate until it is restarted.")
-    return {"status": "ok", "unfinished_requests": engine.num_unfinished_requests()}
+    if embedding_engine is not None and not embedding_engine.is_alive:
+        raise APIError(503, "The embedding engine is dead; the server cannot embed until it is restarted.")
+    unfinished = engine.num_unfinished_requests()
+    if embedding_engine is not None:
+        unfinished += embedding_engine.num_unfinished_requests()
+    return {"status": "ok", "unfinished_requests": unfinished}
 
 
 @operation("version")

@@ -40,6 +40,7 @@ class RenderOptions(msgspec.Struct, frozen=True):
 class GenerateOptions(msgspec.Struct, frozen=True):
     """What one engine request carries besides its prompt and sampling params."""
 
+    adapter: str | None = None  # the LoRA adapter (its model name) to generate with
     priority: int = 0  # lower runs earlier, under --scheduling-policy priority
     session_id: str | None = None
     # Structured outputs after reasoning (vLLM's server sends the same): True constrains from the
@@ -55,6 +56,14 @@ CHAT_RENDER = RenderOptions(add_special_tokens=False)
 
 class EngineDead(Exception):
     """The engine can no longer serve requests."""
+
+
+class AdapterError(ValueError):
+    """A LoRA adapter cannot be loaded (its message says why)."""
+
+
+class UnknownAdapter(LookupError):
+    """No LoRA adapter of this name is loaded."""
 
 
 class Engine(Protocol):
@@ -84,14 +93,45 @@ class Engine(Protocol):
 
     def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
-    def token_strings(self, token_ids: list[int]) -> list[str]: ...
+    @property
+    def adapters(self) -> dict[str, str]:
+        """The loaded LoRA adapters: model name → path. Each is a model name of its own."""
+        ...
 
-    async def abort(self, request_id: str) -> None: ...
+    async def load_adapter(self, name: str, path: str) -> None: ...  # AdapterError
+
+    async def unload_adapter(self, name: str) -> None: ...  # UnknownAdapter
+
+    def token_strings(self, token_ids: list[int]) -> list[str]: ...
 
     async def abort_all(self) -> int: ...
 
     def num_unfinished_requests(self) -> int: ...
 
 
-# How handlers ask for the engine: injected by name, and not validated (a Protocol cannot be).
+class EmbeddingEngine(Protocol):
+    """A pooling engine: one vector per prompt (POST /v1/embeddings)."""
+
+    served_model_names: tuple[str, ...]
+    model_root: str
+    max_model_len: int
+    embedding_size: int
+    matryoshka_dimensions: tuple[int, ...] | None  # () : any size up to embedding_size; None: only that
+
+    @property
+    def is_alive(self) -> bool: ...
+
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
+
+    async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
+                    normalize: bool | None = None) -> list[float]: ...
+
+    async def abort_all(self) -> int: ...
+
+    def num_unfinished_requests(self) -> int: ...
+
+
+# How handlers ask for the engines: injected by name, and not validated (a Protocol cannot be).
 EngineDependency = NamedDependency[SkipValidation[Engine]]
+EmbeddingEngineDependency = NamedDependency[SkipValidation[EmbeddingEngine | None]]  # None: no embedding model

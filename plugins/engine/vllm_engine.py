@@ -2,6 +2,7 @@
 
 import gc
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -12,14 +13,16 @@ import structlog
 from app.settings import Settings, SettingsError
 from plugins.engine.protocol import (
     CHAT_RENDER,
-    COMPLETION_RENDER,
     NO_OPTIONS,
+    AdapterError,
     ChatTemplateOptions,
     EngineDead,
     GenerateOptions,
     Prompt,
     RenderOptions,
+    UnknownAdapter,
 )
+from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
 
 log = structlog.get_logger("choir.engine")
 
@@ -33,34 +36,35 @@ CPU_ENGINE_ARGS = ("--no-enable-chunked-prefill",)
 
 def parse_engine_args(settings: Settings, *, on_cpu: bool) -> Any:
     """CHOIR_ENGINE_ARGS through vLLM's own parser, as `vllm serve` would parse them."""
+    return parse_flags(settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ()), "CHOIR_ENGINE_ARGS")
+
+
+def parse_flags(argv: list[str], setting: str) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     class Parser(FlexibleArgumentParser):
         def error(self, message: str):  # argparse would print usage and exit
-            raise SettingsError(f"CHOIR_ENGINE_ARGS: {message}")
+            raise SettingsError(f"{setting}: {message}")
 
-    parser = AsyncEngineArgs.add_cli_args(Parser(prog="CHOIR_ENGINE_ARGS"))
+    parser = AsyncEngineArgs.add_cli_args(Parser(prog=setting))
     # parse_args, not parse_known_args: vLLM's own preprocessing (dotted flags such as
     # --structured-outputs-config.disable_any_whitespace, --config files) lives there. An unknown flag
     # reaches error() above.
-    namespace = parser.parse_args(settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ()))
-    return AsyncEngineArgs.from_cli_args(namespace)
+    return AsyncEngineArgs.from_cli_args(parser.parse_args(argv))
 
 
-class VllmEngine:
+class VllmEngine(VllmBase):
+    """The generation engine, with its LoRA adapters (each a model name of its own)."""
+
     def __init__(self, engine: Any, engine_args: Any, version: str, tool_parser: str | None = None,
                  reasoning_parser: str | None = None) -> None:
-        from vllm.renderers.params import ChatParams, TokenizeParams
+        from vllm.lora.request import LoRARequest
+        from vllm.renderers.params import ChatParams
 
-        self._engine = engine
-        self._chat_params = ChatParams
+        super().__init__(engine, engine_args, version)
+        self._chat_params, self._lora_request = ChatParams, LoRARequest
         config = engine.model_config
-        self.served_model_names = tuple(config.served_model_name if isinstance(config.served_model_name, list)
-                                        else [config.served_model_name])
-        self.model_root = str(engine_args.model)
-        self.max_model_len = int(config.max_model_len)
-        self.version = version
         self.default_sampling_params = dict(config.get_diff_sampling_param())
         self.tool_parser = tool_parser
         self.parsers = None
@@ -69,36 +73,8 @@ class VllmEngine:
 
             self.parsers = ParserSet.load(engine.renderer.tokenizer, reasoning_parser, tool_parser)
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
-        self.vocab_size = engine.renderer.tokenizer.max_token_id + 1
-        self.started_at = int(time.time())
-        self._tokenize_params = TokenizeParams
-        self._tokenize_cache: dict[RenderOptions, Any] = {}
-
-    @property
-    def is_alive(self) -> bool:
-        return not self._engine.errored
-
-    def _tokenize(self, options: RenderOptions) -> Any:
-        """vLLM's TokenizeParams for these options, built once per distinct options. Choir checks
-        lengths itself (clear messages, the right `param`), so vLLM's check is off."""
-        params = self._tokenize_cache.get(options)
-        if params is None:
-            params = self._tokenize_cache[options] = self._tokenize_params(
-                max_total_tokens=None, add_special_tokens=options.add_special_tokens,
-                needs_detokenization=options.detokenize, truncate_prompt_tokens=options.truncate_prompt_tokens,
-                truncation_side=options.truncation_side)
-        return params
-
-    async def render_completion(self, prompts: list[str] | list[list[int]],
-                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
-        dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
-        tok_params, renderer = self._tokenize(options), self._engine.renderer
-        extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
-        if sum(len(p) for p in prompts) <= SMALL_PROMPT:
-            inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
-        else:
-            inputs = await renderer.render_cmpl_async(dict_prompts, tok_params, prompt_extras=extras)
-        return [_prompt(engine_input) for engine_input in inputs]
+        self._loras: dict[str, Any] = {}  # adapter name → vLLM's LoRARequest
+        self._next_lora_id = 1
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
@@ -111,15 +87,19 @@ class VllmEngine:
             _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
         else:
             _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
-        return _prompt(inputs[0])
+        return prompt_of(inputs[0])
 
     async def generate(self, prompt: Prompt, params: Any, request_id: str,
                        options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        extra = {} if options is NO_OPTIONS else {
-            "priority": options.priority, "session_id": options.session_id,
-            "reasoning_ended": options.reasoning_ended, "reasoning_parser_kwargs": options.reasoning_parser_kwargs}
+        extra: dict[str, Any] = {}
+        if options is not NO_OPTIONS:
+            extra = {"priority": options.priority, "session_id": options.session_id,
+                     "reasoning_ended": options.reasoning_ended,
+                     "reasoning_parser_kwargs": options.reasoning_parser_kwargs}
+            if options.adapter is not None:
+                extra["lora_request"] = self._adapter(options.adapter)
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
             async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
@@ -128,40 +108,41 @@ class VllmEngine:
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
 
-    def token_strings(self, token_ids: list[int]) -> list[str]:
-        tokenizer = self._engine.renderer.tokenizer
-        return [tokenizer.decode([token_id]) for token_id in token_ids]
+    # LoRA adapters
 
-    def detokenize(self, token_ids: list[int]) -> str:
-        return self._engine.renderer.tokenizer.decode(token_ids)
+    @property
+    def adapters(self) -> dict[str, str]:
+        return {name: request.lora_path for name, request in self._loras.items()}
 
-    def token_pieces(self, token_ids: list[int]) -> list[str]:
-        """The vocabulary's own pieces (`Ġword`), as vLLM's /tokenize returns them."""
-        return self._engine.renderer.tokenizer.convert_ids_to_tokens(token_ids)
+    def _adapter(self, name: str) -> Any:
+        try:
+            return self._loras[name]
+        except KeyError:
+            raise UnknownAdapter(name) from None  # unloaded since the request was planned
 
-    async def abort(self, request_id: str) -> None:
-        await self._engine.abort(request_id)
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Loaded into the engine now, so a bad adapter fails here (sent to generate as is, it would
+        kill vLLM's engine core)."""
+        if name in self.served_model_names or name in self._loras:
+            raise AdapterError(f"The model name `{name}` is taken: choose another name for the adapter.")
+        request = self._lora_request(lora_name=name, lora_int_id=self._next_lora_id, lora_path=path)
+        try:
+            await self._engine.add_lora(request)
+        except Exception as exc:  # vLLM's worker says why, inside its own wording
+            raise AdapterError(f"The adapter `{name}` cannot be loaded from {path}: {_worker_reason(exc)}") from None
+        self._loras[name] = request
+        self._next_lora_id += 1
 
-    async def abort_all(self) -> int:
-        request_ids = list(self._engine.output_processor.external_req_ids)
-        if request_ids:
-            await self._engine.abort(request_ids)
-        return len(request_ids)
-
-    def num_unfinished_requests(self) -> int:
-        return self._engine.get_num_unfinished_requests()
+    async def unload_adapter(self, name: str) -> None:
+        request = self._adapter(name)
+        del self._loras[name]
+        await self._engine.remove_lora(request.lora_int_id)
 
 
-# vLLM renders and tokenizes in a thread pool. For a short prompt the hand-over costs more than the
-# work: py-spy (--gil) put 15 % of the front end's samples in ThreadPoolExecutor.submit at 160 req/s.
-# Short prompts (characters, or token ids) are rendered on the event loop; long ones still go to the
-# pool, so the loop is never held for long.
-SMALL_PROMPT = 8192
-
-
-def _prompt(engine_input: dict[str, Any]) -> Prompt:
-    return Prompt(token_ids=list(engine_input["prompt_token_ids"]), text=engine_input.get("prompt"),
-                  engine_input=engine_input)
+def _worker_reason(exc: Exception) -> str:
+    text = str(exc)
+    quoted = re.search(r"Worker failed with error '(.+?)'", text)
+    return (quoted.group(1) if quoted else text.split("\n")[0]).rstrip(".") + "."
 
 
 def settle_after_startup() -> None:
@@ -176,12 +157,16 @@ def settle_after_startup() -> None:
     gc.freeze()
 
 
-@asynccontextmanager
-async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
-    # vLLM reads its settings from the environment: Choir's defaults, under what .env says.
+def _engine_environment(settings: Settings) -> None:
+    """vLLM reads its settings from the environment: Choir's defaults, under what .env says."""
     from_settings = {key: value for key, value in settings.environ.items() if key.startswith("VLLM_")}
     for key, value in {**ENGINE_ENVIRONMENT, **from_settings}.items():
         os.environ.setdefault(key, value)
+
+
+@asynccontextmanager
+async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
+    _engine_environment(settings)
     import vllm
     from vllm.platforms import current_platform
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -196,11 +181,43 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
     settle_after_startup()
     try:
-        # A parser name vLLM does not know raises SettingsError here: the engine is shut down below,
-        # then EngineConfig.lifespan reports the setting in one line.
-        yield VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser,
-                         reasoning_parser=settings.reasoning_parser)
+        served = VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser,
+                            reasoning_parser=settings.reasoning_parser)
+        for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
+            try:
+                await served.load_adapter(module.name, module.path)
+            except AdapterError as exc:
+                raise SettingsError(f"CHOIR_LORA_MODULES: {exc}") from None
+        yield served
     finally:
         gc.unfreeze()  # collectable again, at shutdown at the latest
         engine.shutdown()
         log.info("engine stopped")
+
+
+@asynccontextmanager
+async def start_vllm_embedding_engine(settings: Settings) -> AsyncIterator[Any]:
+    """The second engine, for /v1/embeddings. Its stats stay out of /metrics (`--disable-log-stats`
+    unless CHOIR_EMBEDDING_ENGINE_ARGS says otherwise): vLLM's gauges have one name per process."""
+    _engine_environment(settings)
+    import vllm
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from plugins.engine.vllm_embedding import VllmEmbeddingEngine
+
+    argv = settings.embedding_engine_argv()
+    if not any(flag.startswith(("--disable-log-stats", "--no-disable-log-stats")) for flag in argv):
+        argv.append("--disable-log-stats")
+    engine_args = parse_flags(argv, "CHOIR_EMBEDDING_ENGINE_ARGS")
+    gc.unfreeze()  # a second start-up: freeze again after it
+    started = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(engine_args)
+    log.info("embedding engine started", model=settings.embedding_model,
+             seconds=round(time.perf_counter() - started, 1))
+    gc.collect()
+    gc.freeze()
+    try:
+        yield VllmEmbeddingEngine(engine, engine_args, vllm.__version__)
+    finally:
+        engine.shutdown()
+        log.info("embedding engine stopped")

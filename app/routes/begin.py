@@ -1,0 +1,30 @@
+"""The start every generation handler shares: the operation's compat rules on the raw body, strict
+parsing into the wire type, and the response id (logged with the request)."""
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from litestar import Request
+
+from app.protocol import parse_strict
+from app.request_log import annotate
+from app.routes.request_ids import request_base_id
+from plugins.pipeline import Pipeline
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Begun(Generic[T]):
+    body: T  # the request body as its wire type
+    base_id: str  # X-Request-Id, else the body's request_id, else random: echoed in the response header
+    response_id: str  # the base id with the endpoint's prefix
+
+
+def begin(request: Request, pipeline: Pipeline, raw: Any, wire_type: type[T], prefix: str) -> Begun[T]:
+    pipeline.compat.check_body(raw, wire_type)
+    body = parse_strict(raw, wire_type)
+    base_id = request_base_id(request, getattr(body, "request_id", None))
+    response_id = f"{prefix}{base_id}"
+    annotate(request.scope, response_id=response_id)
+    return Begun(body, base_id, response_id)

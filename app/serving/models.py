@@ -1,0 +1,38 @@
+"""Which model a request names, across the server's engines: the generation engine's names (aliases)
+and LoRA adapters, and the embedding engine's names. A name served by the other kind of engine gets a
+400 saying where it is served; a name nobody serves, the compat profile's `unknown_model` answer."""
+
+from dataclasses import dataclass
+
+from app.errors import APIError, bad_request
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    name: str  # what the response reports: the name sent (an alias, an adapter), else the first served name
+    adapter: str | None = None  # a LoRA adapter of the generation engine
+
+
+def generation_model(pipeline, requested: str | None) -> ModelChoice:
+    engine = pipeline.engine
+    adapters = engine.adapters
+    if requested is not None and requested in adapters:
+        return ModelChoice(requested, adapter=requested)
+    embedding = pipeline.embedding
+    if requested is not None and embedding is not None and requested in embedding.served_model_names:
+        raise bad_request(f"`{requested}` is an embedding model: POST /v1/embeddings serves it. This endpoint "
+                          f"serves {', '.join((*engine.served_model_names, *adapters))}.", "model")
+    pipeline.compat.check_model(requested, (*engine.served_model_names, *adapters))
+    return ModelChoice(requested or engine.served_model_names[0])
+
+
+def embedding_model(pipeline, requested: str | None) -> str:
+    embedding, engine = pipeline.embedding, pipeline.engine
+    if embedding is None:
+        raise APIError(404, "This server serves no embedding model: start it with CHOIR_EMBEDDING_MODEL set.",
+                       "model")
+    if requested is not None and (requested in engine.served_model_names or requested in engine.adapters):
+        raise bad_request(f"`{requested}` is a generation model: /v1/embeddings serves "
+                          f"{', '.join(embedding.served_model_names)}.", "model")
+    pipeline.compat.check_model(requested, embedding.served_model_names)
+    return requested or embedding.served_model_names[0]
