@@ -49,10 +49,10 @@ class FanOut:
         if seed is not None and seed + n - 1 > INT64_MAX:
             raise bad_request("`seed + n - 1` must fit in a signed 64-bit integer.", "seed")
 
-    def check_prompts(self, prompts: int, n: int) -> None:
+    def check_prompts(self, prompts: int, n: int, param: str = "prompt") -> None:
         if prompts > self.max_prompts:
             raise bad_request(f"At most {self.max_prompts} prompts (CHOIR_MAX_PROMPTS) per request, got {prompts}.",
-                              "prompt")
+                              param)
         if prompts * n > self.max_choices:
             raise bad_request(f"n × prompts must be at most {self.max_choices} (CHOIR_MAX_CHOICES), got "
                               f"{n} × {prompts} = {n * prompts}.", "n")

@@ -144,7 +144,7 @@ class FakeEngine:
         from plugins.engine.protocol import AdapterError
 
         if name in self.served_model_names or name in self.adapters:
-            raise AdapterError(f"The model name `{name}` is taken.")
+            raise AdapterError(f"The model name `{name}` is taken.", "name")
         if not path.startswith("/adapters/"):
             raise AdapterError(f"No adapter found at {path}.")
         self.adapters[name] = path

@@ -57,10 +57,10 @@ def test_post_operations_answer_200_as_the_spec_says():
 
 def test_an_operation_without_handler_stops_startup(tmp_path):
     def add(doc):
-        doc["paths"]["/v1/embeddings"] = {"post": {"operationId": "createEmbedding", "responses": {"200": {
+        doc["paths"]["/v1/rerank"] = {"post": {"operationId": "createRerank", "responses": {"200": {
             "description": "x"}}}}
 
-    with pytest.raises(ImproperlyConfiguredException, match="createEmbedding"):
+    with pytest.raises(ImproperlyConfiguredException, match="createRerank"):
         make_app(spec_copy(tmp_path, openapi=add))
 
 

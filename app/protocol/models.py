@@ -1,6 +1,6 @@
 """/v1/models wire types."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -10,10 +10,23 @@ class ModelCard(msgspec.Struct, kw_only=True):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
-    root: str
+    root: str  # the model's directory (or hub id); an adapter's own path
+    parent: str | None = None  # a LoRA adapter's base model
     max_model_len: int
 
 
 class ModelList(msgspec.Struct, kw_only=True):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class LoadLoraAdapterRequest(msgspec.Struct, kw_only=True):
+    """vLLM's shape: the adapter becomes a model name of its own."""
+
+    lora_name: Annotated[str, msgspec.Meta(min_length=1)]
+    lora_path: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class UnloadLoraAdapterRequest(msgspec.Struct, kw_only=True):
+    lora_name: Annotated[str, msgspec.Meta(min_length=1)]
+    lora_int_id: int | None = None  # vLLM's; accepted, not needed (the name says which)

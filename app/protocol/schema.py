@@ -12,13 +12,15 @@ import yaml
 from app.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from app.protocol.common import ErrorResponse
 from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
-from app.protocol.models import ModelList
+from app.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from app.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
 from app.protocol.responses import Response, ResponseEvent, ResponsesRequest
 from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
               ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent,
-              TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse]
+              TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest,
+              EmbeddingResponse, LoadLoraAdapterRequest, UnloadLoraAdapterRequest]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

@@ -1,27 +1,38 @@
+"""GET /v1/models and /v1/models/{model}: every name the server answers to. The generation model's
+names (aliases), its LoRA adapters (`parent` = the base), and the embedding model's names."""
+
 from pathlib import Path
 
 from app.errors import APIError
 from app.protocol.models import ModelCard, ModelList
 from app.routes.request_ids import now
-from plugins.engine.protocol import EngineDependency
+from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 
 
-def _card(engine, name: str, created: int) -> ModelCard:
-    return ModelCard(id=name, created=created, owned_by="choir", root=engine.model_root,
-                     max_model_len=engine.max_model_len)
+def _cards(engine, embedding, created: int) -> list[ModelCard]:
+    base = engine.served_model_names[0]
+    cards = [ModelCard(id=name, created=created, owned_by="choir", root=engine.model_root,
+                       max_model_len=engine.max_model_len) for name in engine.served_model_names]
+    cards += [ModelCard(id=name, created=created, owned_by="choir", root=path, parent=base,
+                        max_model_len=engine.max_model_len) for name, path in engine.adapters.items()]
+    if embedding is not None:
+        cards += [ModelCard(id=name, created=created, owned_by="choir", root=embedding.model_root,
+                            max_model_len=embedding.max_model_len) for name in embedding.served_model_names]
+    return cards
 
 
 @operation("listModels")
-async def list_models(engine: EngineDependency) -> ModelList:
-    created = now()
-    return ModelList(data=[_card(engine, name, created) for name in engine.served_model_names])
+async def list_models(engine: EngineDependency, embedding_engine: EmbeddingEngineDependency) -> ModelList:
+    return ModelList(data=_cards(engine, embedding_engine, now()))
 
 
 @operation("retrieveModel")
-async def retrieve_model(model: Path, engine: EngineDependency) -> ModelCard:
+async def retrieve_model(model: Path, engine: EngineDependency,
+                         embedding_engine: EmbeddingEngineDependency) -> ModelCard:
     model = str(model).lstrip("/")  # a `path` parameter (model ids may contain slashes)
-    if model not in engine.served_model_names:
-        raise APIError(404, f"The model `{model}` does not exist. Served: {', '.join(engine.served_model_names)}.",
-                       "model")
-    return _card(engine, model, now())
+    cards = _cards(engine, embedding_engine, now())
+    for card in cards:
+        if card.id == model:
+            return card
+    raise APIError(404, f"The model `{model}` does not exist. Served: {', '.join(c.id for c in cards)}.", "model")

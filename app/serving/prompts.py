@@ -21,12 +21,12 @@ def check_common(pipeline, request: SamplingFields) -> ModelChoice:
     return model
 
 
-def completion_prompts(prompt: str | list[Any]) -> list[str] | list[list[int]]:
+def completion_prompts(prompt: str | list[Any], param: str = "prompt") -> list[str] | list[list[int]]:
     """The four OpenAI prompt forms as a list of strings or a list of token-id lists."""
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
-        raise bad_request("prompt must not be an empty list.", "prompt")
+        raise bad_request(f"{param} must not be an empty list.", param)
     if all(isinstance(p, str) for p in prompt):
         return list(prompt)
     if all(_is_token_id(t) for t in prompt):
@@ -34,8 +34,8 @@ def completion_prompts(prompt: str | list[Any]) -> list[str] | list[list[int]]:
     if all(isinstance(p, list) and p and all(_is_token_id(t) for t in p) for p in prompt):
         return [list(p) for p in prompt]
     raise bad_request(
-        "prompt must be a string, a list of strings, a list of token ids, or a list of non-empty token-id lists.",
-        "prompt")
+        f"{param} must be a string, a list of strings, a list of token ids, or a list of non-empty token-id lists.",
+        param)
 
 
 def _is_token_id(value: Any) -> bool:

@@ -15,7 +15,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from app.settings import Settings, SettingsError
-from plugins.engine.protocol import EmbeddingEngine, Engine
+from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, EmbeddingEngine, Engine
 
 EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
 log = structlog.get_logger("choir.engine")
@@ -106,6 +106,7 @@ class EngineConfig:
                 os._exit(2)
             app.state[self.state_key] = engine
             app.state[self.embedding_state_key] = embedding
+            app.state[RUNTIME_LORA_STATE_KEY] = self.settings.allow_runtime_lora
             drain = ShutdownDrain([e for e in (engine, embedding) if e is not None], self.settings.drain_seconds)
             drain.install()
             try:

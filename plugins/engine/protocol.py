@@ -50,6 +50,7 @@ class GenerateOptions(msgspec.Struct, frozen=True):
 
 
 NO_OPTIONS = GenerateOptions()
+RUNTIME_LORA_STATE_KEY = "runtime_lora"  # app state: whether adapters may be loaded at run time
 COMPLETION_RENDER = RenderOptions()
 CHAT_RENDER = RenderOptions(add_special_tokens=False)
 
@@ -59,7 +60,12 @@ class EngineDead(Exception):
 
 
 class AdapterError(ValueError):
-    """A LoRA adapter cannot be loaded (its message says why)."""
+    """A LoRA adapter cannot be loaded (its message says why): its name is taken, or its path holds no
+    adapter this engine can load (`about`)."""
+
+    def __init__(self, message: str, about: Literal["name", "path"] = "path") -> None:
+        super().__init__(message)
+        self.about = about
 
 
 class UnknownAdapter(LookupError):

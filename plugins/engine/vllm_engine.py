@@ -124,7 +124,7 @@ class VllmEngine(VllmBase):
         """Loaded into the engine now, so a bad adapter fails here (sent to generate as is, it would
         kill vLLM's engine core)."""
         if name in self.served_model_names or name in self._loras:
-            raise AdapterError(f"The model name `{name}` is taken: choose another name for the adapter.")
+            raise AdapterError(f"The model name `{name}` is taken: choose another name for the adapter.", "name")
         request = self._lora_request(lora_name=name, lora_int_id=self._next_lora_id, lora_path=path)
         try:
             await self._engine.add_lora(request)

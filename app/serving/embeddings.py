@@ -1,0 +1,79 @@
+"""POST /v1/embeddings: inputs → the embedding engine (one engine request each, concurrently) → vectors,
+as floats or as base64 of little-endian float32 (what the OpenAI SDK asks for by default)."""
+
+import asyncio
+import base64
+import struct
+
+from app.errors import bad_request
+from app.protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from app.serving.models import embedding_model
+from app.serving.prompts import completion_prompts
+from plugins.engine.protocol import EmbeddingEngine, Prompt, RenderOptions
+from plugins.pipeline import Pipeline
+
+
+async def plan_embeddings(pipeline: Pipeline, request: EmbeddingRequest) -> tuple[str, list[Prompt]]:
+    """The model to report and the rendered inputs, checked before any reaches the engine."""
+    model = embedding_model(pipeline, request.model)
+    engine = pipeline.embedding
+    assert engine is not None  # embedding_model refused the request otherwise
+    inputs = completion_prompts(request.input, "input")
+    pipeline.fan_out.check_prompts(len(inputs), 1, "input")
+    _check_dimensions(engine, model, request.dimensions)
+    if request.truncation_side is not None and request.truncate_prompt_tokens is None:
+        raise bad_request("truncation_side needs truncate_prompt_tokens: the number of input tokens to keep.",
+                          "truncation_side")
+    keep = engine.max_model_len if request.truncate_prompt_tokens == -1 else request.truncate_prompt_tokens
+    prompts = await engine.render_completion(inputs, RenderOptions(
+        add_special_tokens=request.add_special_tokens, truncate_prompt_tokens=keep,
+        truncation_side=request.truncation_side))
+    for index, prompt in enumerate(prompts):
+        where = "input" if len(prompts) == 1 else f"input[{index}]"
+        if not prompt.token_ids:
+            raise bad_request(f"{where} has no tokens to embed.", where)
+        if len(prompt.token_ids) > engine.max_model_len:
+            raise bad_request(f"This model's maximum context length is {engine.max_model_len} tokens, but {where} "
+                              f"has {len(prompt.token_ids)} tokens. Shorten it, or set truncate_prompt_tokens.", where)
+    return model, prompts
+
+
+def _check_dimensions(engine: EmbeddingEngine, model: str, dimensions: int | None) -> None:
+    if dimensions is None:
+        return
+    sizes = engine.matryoshka_dimensions
+    if sizes is None:
+        raise bad_request(f"`{model}` does not support `dimensions`: its embeddings have {engine.embedding_size} "
+                          "values, which cannot be cut shorter. Leave dimensions out.", "dimensions")
+    if dimensions > engine.embedding_size or (sizes and dimensions not in sizes):
+        allowed = ", ".join(map(str, sizes)) if sizes else f"1 to {engine.embedding_size}"
+        raise bad_request(f"`{model}` gives embeddings of {allowed} dimensions, not {dimensions}.", "dimensions")
+
+
+async def embed(pipeline: Pipeline, request: EmbeddingRequest, model: str, prompts: list[Prompt],
+                response_id: str) -> EmbeddingResponse:
+    engine = pipeline.embedding
+    assert engine is not None
+
+    async def one(index: int, prompt: Prompt) -> list[float]:
+        request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
+        return await engine.embed(prompt, request_id, request.dimensions, request.use_activation)
+
+    if len(prompts) == 1:
+        vectors = [await one(0, prompts[0])]
+    else:
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i, prompt)) for i, prompt in enumerate(prompts)]
+        except BaseExceptionGroup as failed:  # the first failure is the one to report
+            raise failed.exceptions[0] from None
+        vectors = [task.result() for task in tasks]
+    data = [Embedding(embedding=_encoded(vector, request.encoding_format), index=i) for i, vector in enumerate(vectors)]
+    tokens = sum(len(prompt.token_ids) for prompt in prompts)
+    return EmbeddingResponse(data=data, model=model, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))
+
+
+def _encoded(vector: list[float], encoding_format: str) -> list[float] | str:
+    if encoding_format == "float":
+        return vector
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
