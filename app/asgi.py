@@ -19,7 +19,7 @@ from plugins.spec import SpecConfig, SpecPlugin, load_spec
 
 
 def create_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None,
-               spec: SpecConfig | None = None) -> Litestar:
+               spec: SpecConfig | None = None, embedding_factory: EngineFactory | None = None) -> Litestar:
     if settings is None:
         try:
             settings = Settings.from_env()
@@ -27,7 +27,11 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
             raise SystemExit(f"choir: {exc}") from None
     configure_logging(settings.log_level)
     spec = spec or SpecConfig(compat=settings.compat)
-    engine = EngineConfig(settings=settings) if engine_factory is None else EngineConfig(settings, engine_factory)
+    engine = EngineConfig(settings=settings)
+    if engine_factory is not None:
+        engine.factory = engine_factory
+    if embedding_factory is not None:
+        engine.embedding_factory = embedding_factory
     try:
         spec.profile()  # an unknown CHOIR_COMPAT stops start-up here, with the known profiles
     except SettingsError as exc:
@@ -36,7 +40,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
-                 PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key),
+                 PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key,
+                                engine.embedding_state_key),
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},

@@ -98,3 +98,49 @@ def test_server_with_a_bad_setting_exits_with_one_line(env):
     lines = [line for line in result.stderr.splitlines() if line.startswith("choir:")]
     assert len(lines) == 1 and list(env)[0] in lines[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_several_served_names_are_aliases(tmp_path):
+    s = settings(tmp_path, CHOIR_SERVED_MODEL_NAME="choir-tiny, tiny-alias")
+    assert s.served_model_names == ("choir-tiny", "tiny-alias")
+    argv = s.engine_argv()
+    assert argv[argv.index("--served-model-name") + 1: argv.index("--served-model-name") + 3] == \
+        ["choir-tiny", "tiny-alias"]
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("a=models/choir-tiny, b=org/hub-adapter", [("a", "models/choir-tiny"), ("b", "org/hub-adapter")]),
+    ('[{"name": "a", "path": "org/x"}]', [("a", "org/x")]),
+])
+def test_lora_modules_take_vllms_forms_and_enable_lora(tmp_path, raw, expected):
+    s = settings(tmp_path, CHOIR_LORA_MODULES=raw)
+    assert [(m.name, m.path) for m in s.lora_modules] == expected
+    assert "--enable-lora" in s.engine_argv()
+    assert "--enable-lora" not in settings(tmp_path).engine_argv()
+    assert "--enable-lora" in settings(tmp_path, CHOIR_ALLOW_RUNTIME_LORA="true").engine_argv()
+
+
+@pytest.mark.parametrize("raw, fragment", [("novalue", "name=path"), ("a=/no/such/dir", "not a directory"),
+                                           ("a=org/x,a=org/y", "twice"), ("[{\"name\": 1}]", "JSON")])
+def test_bad_lora_modules_are_one_clear_error(tmp_path, raw, fragment):
+    with pytest.raises(SettingsError, match=fragment) as raised:
+        settings(tmp_path, CHOIR_LORA_MODULES=raw)
+    assert "CHOIR_LORA_MODULES" in str(raised.value)
+
+
+def test_the_embedding_engine_runs_vllms_pooling_runner(tmp_path):
+    from app.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_EMBEDDING_NAME
+
+    assert settings(tmp_path).embedding_model is None  # no second engine unless asked
+    s = settings(tmp_path, CHOIR_EMBEDDING_MODEL=str(BUNDLED_EMBEDDING_DIR),
+                 CHOIR_EMBEDDING_ENGINE_ARGS="--max-model-len 256")
+    assert s.embedding_model_names == (BUNDLED_EMBEDDING_NAME,)
+    argv = s.embedding_engine_argv()
+    assert argv[argv.index("--runner") + 1] == "pooling" and argv[-2:] == ["--max-model-len", "256"]
+    assert argv.count("--max-model-len") == 1
+    named = settings(tmp_path, CHOIR_EMBEDDING_MODEL="org/embedder", CHOIR_EMBEDDING_MODEL_NAME="e1,e2")
+    assert named.embedding_model_names == ("e1", "e2")
+    with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL"):
+        settings(tmp_path, CHOIR_EMBEDDING_MODEL="/no/such/dir")
+    with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL_NAME"):
+        settings(tmp_path, CHOIR_EMBEDDING_MODEL="org/embedder", CHOIR_EMBEDDING_ENGINE_ARGS="--served-model-name x")

@@ -18,8 +18,9 @@ class VllmBase:
 
         self._engine = engine
         config = engine.model_config
-        self.served_model_names = tuple(config.served_model_name if isinstance(config.served_model_name, list)
-                                        else [config.served_model_name])
+        # The engine args keep every alias; vLLM's model config keeps the first (as vLLM's server reads them).
+        names = engine_args.served_model_name or config.served_model_name
+        self.served_model_names = tuple(names if isinstance(names, list) else [names])
         self.model_root = str(engine_args.model)
         self.max_model_len = int(config.max_model_len)
         self.version = version
