@@ -43,7 +43,7 @@ serve: install
 	$(BIN)/litestar --app app.asgi:create_app run --host $(HOST) --port $(PORT)
 
 test: install
-	$(BIN)/ruff check app plugins tests benchmarks
+	$(BIN)/ruff check app core plugins tests benchmarks
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -5,10 +5,11 @@ from litestar import Litestar
 from litestar.exceptions import HTTPException
 
 from app.docs import docs_assets_router, openapi_config
-from app.errors import APIError, exception_handler
+from app.errors import exception_handler
 from app.request_log import RequestLogMiddleware, configure_logging
 from app.routes import ROUTE_HANDLERS
-from app.settings import Settings, SettingsError
+from core.errors import APIError
+from core.settings import Settings, SettingsError
 from plugins.auth import AuthConfig, AuthPlugin
 from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin

@@ -1,57 +1,27 @@
 """Every error Choir returns has OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 
-`APIError` is what Choir's own code raises; `error_for` turns any exception (Litestar's
-routing and validation errors, vLLM's, unexpected ones) into one, so that responses and
-in-stream error events share a single mapping.
+`APIError` (core/errors.py) is what Choir's own code raises; `error_for` turns any exception into one,
+so that responses and in-stream error events share a single mapping: Litestar's routing and
+validation errors are 4xx, the engine's refusals (`EngineRejected`, vLLM's validation) 4xx, a dead
+engine 503, and anything else, a bug, is a 500 with a generic message and the request id, the
+traceback in the log.
 """
 
 import re
-from http import HTTPStatus
 
 import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
-from app.protocol.common import ErrorDetail, ErrorResponse
-from plugins.engine.protocol import EngineDead
+from core.errors import APIError, EngineDead, EngineRejected, bad_request
 
 log = structlog.get_logger("choir.errors")
 
-ERROR_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    405: "MethodNotAllowedError",
-    413: "RequestTooLargeError",
-    415: "UnsupportedMediaTypeError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-    499: "ClientClosedRequestError",  # nginx's status for a client that left: only ever logged
-    500: "InternalServerError",
-    503: "ServiceUnavailableError",
-}
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
 
 
-class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
-        self.headers: dict[str, str] = {}
-
-    @property
-    def body(self) -> ErrorResponse:
-        error_type = ERROR_TYPES.get(self.status, HTTPStatus(self.status).phrase.replace(" ", "") + "Error")
-        return ErrorResponse(ErrorDetail(message=self.message, type=error_type, param=self.param, code=self.status))
-
-
-def bad_request(message: str, param: str | None = None) -> APIError:
-    return APIError(400, message, param)
-
-
-def error_for(exc: BaseException) -> APIError:
+def error_for(exc: BaseException, request_id: str | None = None) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ValidationException):
@@ -60,14 +30,13 @@ def error_for(exc: BaseException) -> APIError:
         return _field_error(str(exc), None)
     if isinstance(exc, HTTPException):
         return _http_error(exc)
+    if isinstance(exc, EngineRejected):
+        return APIError(exc.status, exc.message, exc.param)
     if isinstance(exc, EngineDead):
         return APIError(503, "The engine is not running; the server cannot generate. Retry once it is healthy.")
-    if isinstance(exc, (ValueError, TypeError, OverflowError)) or _is_vllm_client_error(exc):
-        # vLLM reports invalid requests (token ids out of vocabulary, too many logprobs) so.
-        param = getattr(exc, "parameter", None)
-        return bad_request(str(exc).split(" (parameter=")[0], param)
-    log.error("unhandled error", exc_info=exc)
-    return APIError(500, f"Internal server error ({type(exc).__name__}). The server log has the details.")
+    log.error("unhandled error", request_id=request_id, exc_info=exc)
+    which = f" (request {request_id})" if request_id else ""
+    return APIError(500, f"Internal server error{which}. The server log has the details.")
 
 
 def _validation_error(exc: ValidationException) -> APIError:
@@ -100,10 +69,6 @@ def _http_error(exc: HTTPException) -> APIError:
     return APIError(status, str(exc.detail))
 
 
-def _is_vllm_client_error(exc: BaseException) -> bool:
-    return any(cls.__name__ == "VLLMClientError" for cls in type(exc).__mro__)  # without importing vLLM
-
-
 def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bool:
     while exc is not None:
         if isinstance(exc, types):
@@ -112,11 +77,12 @@ def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bo
     return False
 
 
-def error_json(exc: BaseException) -> bytes:
-    return msgspec.json.encode(error_for(exc).body)
+def error_json(exc: BaseException, request_id: str | None = None) -> bytes:
+    return msgspec.json.encode(error_for(exc, request_id).body)
 
 
 def exception_handler(request: Request, exc: Exception) -> Response:
-    error = error_for(exc)
+    state = request.scope.get("state") or {}
+    error = error_for(exc, state.get("response_id"))
     headers = {**(getattr(exc, "headers", None) or {}), **error.headers}
     return Response(content=error.body, status_code=error.status, media_type=MediaType.JSON, headers=headers)

@@ -6,8 +6,8 @@ import gc
 import os
 import time
 
-from app.settings import Settings
 from benchmarks.load import MESSAGES, PROMPT, Scenario, summary
+from core.settings import Settings
 from plugins.engine.protocol import ChatTemplateOptions
 from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args, settle_after_startup
 

@@ -15,7 +15,7 @@ import os
 import time
 from statistics import median
 
-from app.settings import Settings
+from core.settings import Settings
 from plugins.aggregation import Aggregator
 from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args, settle_after_startup
 from plugins.fanout import FanOut, PromptRequest

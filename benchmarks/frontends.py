@@ -23,8 +23,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.settings import Settings
 from benchmarks.load import Scenario, run_scenario
+from core.settings import Settings
 from tests.integration.server import ROOT, free_port, wait_until_healthy
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -26,7 +26,7 @@ from tests.integration.server import ROOT, free_port, wait_until_healthy
 def create_null_app():
     """The app over a scripted engine that answers every request with `CHOIR_NULL_TOKENS` one-character tokens."""
     from app.asgi import create_app
-    from app.settings import Settings
+    from core.settings import Settings
     from tests.fakes import FakeEngine, fake_engine_factory
 
     tokens = int(os.environ.get("CHOIR_NULL_TOKENS", "16"))

@@ -14,8 +14,8 @@ from typing import Any
 
 from msgspec import UNSET
 
-from app.errors import APIError
-from app.protocol.common import CompletionTokensDetails, PromptTokensDetails, Usage
+from core.errors import APIError
+from core.protocol.common import CompletionTokensDetails, PromptTokensDetails, Usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice
 

@@ -19,7 +19,7 @@ from litestar.middleware import ASGIMiddleware
 from litestar.plugins import InitPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import APIError
+from core.errors import APIError
 
 PROTECTED = ("/v1", "/tokenize", "/detokenize")  # vLLM leaves the tokenizer open; its text is the model's
 DOCS = ("/schema",)

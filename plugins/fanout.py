@@ -8,8 +8,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from app.errors import bad_request
-from app.protocol.common import INT64_MAX
+from core.errors import bad_request
+from core.protocol.common import INT64_MAX
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, Prompt
 from plugins.metrics import FANOUT_CHILDREN
 

@@ -15,7 +15,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import SkipValidation
 from litestar.plugins import InitPlugin
 
-from app.compat import OperationCompat
+from core.compat import OperationCompat
 from plugins.aggregation import Aggregator
 from plugins.engine.protocol import EmbeddingEngine, Engine
 from plugins.fanout import FanOut

@@ -21,7 +21,7 @@ from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import BaseRouteHandler
 from litestar.plugins import InitPlugin
 
-from app.compat import CompatProfile, OperationCompat
+from core.compat import CompatProfile, OperationCompat
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
@@ -89,7 +89,7 @@ def content_type_check(media_types: tuple[str, ...]) -> Callable[..., Any]:
     """Refuse a body whose Content-Type the operation's requestBody does not list (415), before the
     body is read. A `before_request` hook, not a guard: Litestar hands each guard a copy of the
     route handler, which cost more than the check."""
-    from app.errors import APIError
+    from core.errors import APIError
 
     async def check(request: Request) -> None:
         # Straight from the ASGI headers: building Litestar's Headers object costs more than the check.

@@ -4,7 +4,7 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from app.settings import Settings
+from core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")

@@ -4,7 +4,7 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from app.settings import Settings
+from core.settings import Settings
 from plugins.spec import load_spec
 from tests.fakes import FakeEngine, fake_engine_factory
 

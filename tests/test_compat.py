@@ -4,8 +4,8 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from app.compat import CompatProfile
-from app.settings import Settings, SettingsError
+from core.compat import CompatProfile
+from core.settings import Settings, SettingsError
 from plugins.spec import SPEC_DIR, SpecConfig
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.spec_copy import spec_copy

@@ -8,7 +8,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from app.asgi import create_app
-from app.settings import Settings
+from core.settings import Settings
 from plugins.metrics import REQUEST_DISCONNECTS
 from tests.fakes import FakeEngine, fake_engine_factory
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from core.errors import EngineRejected
 from plugins.engine.protocol import NO_OPTIONS, EngineDead
 from tests.sse import sse_json
 
@@ -128,7 +129,7 @@ def test_max_tokens_within_the_context_is_clamped_to_what_is_left(client, fake_e
 
 
 def test_engine_validation_error_before_a_stream_is_a_400_not_a_stream(client, fake_engine):
-    fake_engine.fail_with = ValueError("Token id 999999 is out of vocabulary")
+    fake_engine.fail_with = EngineRejected("Token id 999999 is out of vocabulary.")
     response = client.post("/v1/completions", json={"prompt": [999999], "stream": True})
     assert "out of vocabulary" in error_of(response, 400)
 
@@ -142,6 +143,36 @@ def test_unexpected_engine_failure_is_a_500_without_internals(client, fake_engin
     fake_engine.fail_with = RuntimeError("secret /internal/path")
     message = error_of(client.post("/v1/completions", json={"prompt": "x"}), 500)
     assert "secret" not in message
+
+
+@pytest.mark.parametrize("bug", [ValueError("a bug of ours"), TypeError("another"), KeyError("k")])
+def test_a_bug_is_a_500_with_the_request_id_never_the_clients_fault(client, fake_engine, bug):
+    """Only the engine's refusals (EngineRejected) are 4xx: a ValueError elsewhere is Choir's own."""
+    from structlog.testing import capture_logs
+
+    fake_engine.fail_with = bug
+    with capture_logs() as logs:
+        response = client.post("/v1/completions", json={"prompt": "x"}, headers={"X-Request-Id": "bug-1"})
+    message = error_of(response, 500)
+    assert "cmpl-bug-1" in message and "bug of ours" not in message and "another" not in message
+    [logged] = [entry for entry in logs if entry["event"] == "unhandled error"]
+    assert logged["request_id"] == "cmpl-bug-1" and logged["exc_info"] is bug
+
+
+def test_a_bug_mid_stream_is_a_500_event_with_the_request_id(client, fake_engine):
+    original = fake_engine.generate
+
+    async def generate(prompt, params, request_id, options=NO_OPTIONS):
+        async for output in original(prompt, params, request_id, options):
+            yield output
+            raise TypeError("internal detail")
+
+    fake_engine.generate = generate
+    response = client.post(CHAT, json={"messages": MESSAGES, "stream": True}, headers={"X-Request-Id": "bug-2"})
+    events, done = sse_json(response.text)
+    error = events[-1]["error"]
+    assert done == 1 and error["code"] == 500 and "chatcmpl-bug-2" in error["message"]
+    assert "internal detail" not in error["message"]
 
 
 def test_error_after_the_stream_started_is_one_error_event_then_done(client, fake_engine):

@@ -3,9 +3,9 @@
 import msgspec
 from polyfactory.factories.msgspec_factory import MsgspecFactory
 
-from app.protocol.chat import ChatCompletionRequest
-from app.protocol.completions import CompletionRequest
 from app.serving.unserved import CHAT_UNSERVED, UNSERVED
+from core.protocol.chat import ChatCompletionRequest
+from core.protocol.completions import CompletionRequest
 
 # Fields that are refused unless left at their default (or that a random value almost always makes
 # invalid together with others) are pinned, so that generated requests do reach the engine too.

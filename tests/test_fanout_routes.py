@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from core.errors import EngineRejected
 from plugins.engine.protocol import NO_OPTIONS
 from tests.sse import sse_json
 
@@ -122,7 +123,7 @@ def test_a_failing_child_fails_the_response_and_aborts_its_siblings(client, fake
     async def generate(prompt, params, request_id, options=NO_OPTIONS):
         if request_id.startswith("1_"):
             await asyncio.sleep(0.005)
-            raise ValueError("child 1 is invalid")
+            raise EngineRejected("child 1 is invalid")
         async for output in original(prompt, params, request_id, options):
             yield output
 
@@ -143,7 +144,7 @@ def test_a_failing_child_mid_stream_is_one_error_event_then_done(client, fake_en
             yield output
             count += 1
             if request_id.startswith("1_") and count == 2:
-                raise ValueError("child 1 broke")
+                raise EngineRejected("child 1 broke")
 
     fake_engine.generate = generate
     response = client.post(CHAT, json={"messages": MESSAGES, "n": 3, "stream": True})
@@ -158,9 +159,9 @@ def test_a_failing_child_mid_stream_is_one_error_event_then_done(client, fake_en
 async def test_closing_the_stream_early_aborts_every_child(n):
     """What Litestar does when the client disconnects: the SSE body iterator is closed mid-stream.
     (The in-process test client cannot disconnect; tests/integration checks this on a real server.)"""
-    from app.compat import OperationCompat
-    from app.protocol.chat import ChatCompletionRequest
     from app.serving.chat import plan_chat, stream_chat
+    from core.compat import OperationCompat
+    from core.protocol.chat import ChatCompletionRequest
     from plugins.aggregation import Aggregator
     from plugins.fanout import FanOut
     from plugins.pipeline import Pipeline

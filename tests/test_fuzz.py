@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
 from app.asgi import create_app
-from app.settings import Settings
+from core.settings import Settings
 from plugins.spec import SPEC_DIR
 from tests.fakes import FakeEngine, fake_engine_factory
 

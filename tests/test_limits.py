@@ -3,7 +3,7 @@
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from app.settings import Settings
+from core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 
 

@@ -8,7 +8,7 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from app.settings import LoraModule, Settings
+from core.settings import LoraModule, Settings
 from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
 
 CHAT = "/v1/chat/completions"

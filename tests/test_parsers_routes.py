@@ -8,7 +8,7 @@ from functools import cache
 import pytest
 
 from app.serving.parsers import ParserSet
-from app.settings import BUNDLED_MODEL_DIR
+from core.settings import BUNDLED_MODEL_DIR
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"

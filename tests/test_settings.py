@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from app.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
+from core.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
 from tests.integration.server import ROOT
 
 
@@ -129,7 +129,7 @@ def test_bad_lora_modules_are_one_clear_error(tmp_path, raw, fragment):
 
 
 def test_the_embedding_engine_runs_vllms_pooling_runner(tmp_path):
-    from app.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_EMBEDDING_NAME
+    from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_EMBEDDING_NAME
 
     assert settings(tmp_path).embedding_model is None  # no second engine unless asked
     s = settings(tmp_path, CHOIR_EMBEDDING_MODEL=str(BUNDLED_EMBEDDING_DIR),

@@ -5,8 +5,8 @@ from litestar.exceptions import ImproperlyConfiguredException
 from openapi_spec_validator import validate
 
 from app.asgi import create_app
-from app.protocol.schema import component_schemas
-from app.settings import Settings
+from core.protocol.schema import component_schemas
+from core.settings import Settings
 from plugins.spec import METHODS, SPEC_DIR, SpecConfig, load_spec
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.spec_copy import spec_copy
@@ -43,8 +43,8 @@ def _required_fields(doc: dict, op: dict) -> set[str]:
 
 
 def test_spec_schemas_are_the_wire_types():
-    """The spec's component schemas are exactly what app/protocol's Structs accept and produce
-    (after changing a Struct: `python -m app.protocol.schema`)."""
+    """The spec's component schemas are exactly what core/protocol's Structs accept and produce
+    (after changing a Struct: `python -m core.protocol.schema`)."""
     assert load_spec()["components"]["schemas"] == component_schemas()
 
 

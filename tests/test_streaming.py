@@ -6,10 +6,10 @@ import asyncio
 import msgspec
 import pytest
 
-from app.protocol.chat import ChatChunkChoice, ChatCompletionChunk, Delta
-from app.protocol.common import Usage
-from app.protocol.completions import CompletionChoice, CompletionChunk
 from app.serving.streaming import ChunkFrames, data_frame
+from core.protocol.chat import ChatChunkChoice, ChatCompletionChunk, Delta
+from core.protocol.common import Usage
+from core.protocol.completions import CompletionChoice, CompletionChunk
 from plugins.aggregation import Aggregator
 from plugins.engine.protocol import NO_OPTIONS
 from plugins.fanout import FanOut, PromptRequest

@@ -4,9 +4,9 @@ server takes them (off unless CHOIR_ALLOW_RUNTIME_LORA=true; behind the API key 
 from litestar import MediaType, Request, Response
 from litestar.params import SkipValidation
 
-from app.errors import APIError, bad_request
-from app.protocol import parse_strict
-from app.protocol.models import LoadLoraAdapterRequest, UnloadLoraAdapterRequest
+from core.errors import APIError, bad_request
+from core.protocol import parse_strict
+from core.protocol.models import LoadLoraAdapterRequest, UnloadLoraAdapterRequest
 from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, AdapterError, UnknownAdapter
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation

@@ -6,9 +6,9 @@ from typing import Any, Generic, TypeVar
 
 from litestar import Request
 
-from app.protocol import parse_strict
 from app.request_log import annotate
 from app.routes.request_ids import request_base_id
+from core.protocol import parse_strict
 from plugins.pipeline import Pipeline
 
 T = TypeVar("T")

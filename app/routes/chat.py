@@ -1,13 +1,13 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.protocol.chat import ChatCompletionRequest
 from app.request_log import annotate
 from app.routes.begin import begin
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now
 from app.serving.chat import complete_chat, plan_chat, stream_chat
+from core.protocol.chat import ChatCompletionRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 
@@ -21,7 +21,7 @@ async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], re
         job = await plan_chat(pipeline, begun.body, begun.response_id, now())
         annotate(request.scope, tokens=job.counts)
         if begun.body.stream:
-            return await sse_response(stream_chat(pipeline.aggregator, job), begun.base_id)
+            return await sse_response(stream_chat(pipeline.aggregator, job), begun.base_id, begun.response_id)
         return json_response(await complete_chat(pipeline.aggregator, job), begun.base_id)
 
     return await unless_disconnected(request.receive, answer())

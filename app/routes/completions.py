@@ -1,13 +1,13 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.protocol.completions import CompletionRequest
 from app.request_log import annotate
 from app.routes.begin import begin
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now
 from app.serving.completions import complete, plan_completion, stream_completion
+from core.protocol.completions import CompletionRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 
@@ -22,7 +22,8 @@ async def create_completion(data: SkipValidation[CompletionRequest], request: Re
         job = await plan_completion(pipeline, begun.body, begun.response_id, now())
         annotate(request.scope, tokens=job.counts)
         if begun.body.stream:
-            return await sse_response(stream_completion(engine, aggregator, job), begun.base_id)
+            return await sse_response(stream_completion(engine, aggregator, job), begun.base_id,
+                                      begun.response_id)
         return json_response(await complete(engine, aggregator, job), begun.base_id)
 
     return await unless_disconnected(request.receive, answer())

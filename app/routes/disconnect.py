@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from litestar.types import Receive
 
-from app.errors import APIError
+from core.errors import APIError
 from plugins.metrics import REQUEST_DISCONNECTS
 
 T = TypeVar("T")

@@ -1,11 +1,11 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.protocol.embeddings import EmbeddingRequest
 from app.routes.begin import begin
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response
 from app.serving.embeddings import embed, plan_embeddings
+from core.protocol.embeddings import EmbeddingRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 

@@ -3,9 +3,9 @@ names (aliases), its LoRA adapters (`parent` = the base), and the embedding mode
 
 from pathlib import Path
 
-from app.errors import APIError
-from app.protocol.models import ModelCard, ModelList
 from app.routes.request_ids import now
+from core.errors import APIError
+from core.protocol.models import ModelCard, ModelList
 from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 

@@ -14,9 +14,10 @@ def json_response(body: object, base_id: str) -> Response:
     return Response(body, headers={HEADER: base_id})
 
 
-async def sse_response(frames: AsyncIterator[bytes], base_id: str) -> EventStream:
+async def sse_response(frames: AsyncIterator[bytes], base_id: str, response_id: str) -> EventStream:
     """`data:` events, one error event if the stream fails after it started, then `data: [DONE]`."""
-    return await event_stream_response(frames, base_id, lambda exc: data_frame(error_json(exc)), last=DONE_FRAME)
+    return await event_stream_response(frames, base_id, lambda exc: data_frame(error_json(exc, response_id)),
+                                       last=DONE_FRAME)
 
 
 async def event_stream_response(frames: AsyncIterator[bytes], base_id: str,

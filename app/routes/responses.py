@@ -1,7 +1,6 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.protocol.responses import ResponsesRequest
 from app.request_log import annotate
 from app.routes.begin import begin
 from app.routes.disconnect import unless_disconnected
@@ -9,6 +8,7 @@ from app.routes.replies import event_stream_response, json_response
 from app.routes.request_ids import now
 from app.serving.responses import plan_response, respond, stream_response
 from app.serving.streaming import named_frame
+from core.protocol.responses import ResponsesRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 

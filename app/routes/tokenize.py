@@ -1,9 +1,9 @@
 from litestar import Request
 from litestar.params import SkipValidation
 
-from app.protocol import parse_strict
-from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from app.serving.tokenize import detokenize, tokenize
+from core.protocol import parse_strict
+from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 

@@ -5,8 +5,8 @@ they are known only once all have finished: no stream. Usage counts every candid
 from dataclasses import replace
 from typing import Any
 
-from app.errors import bad_request
-from app.protocol.common import SamplingFields
+from core.errors import bad_request
+from core.protocol.common import SamplingFields
 from plugins.fanout import Choice
 
 

@@ -8,19 +8,6 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from app.errors import bad_request
-from app.protocol import without_none
-from app.protocol.chat import (
-    AssistantMessage,
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    ChatLogprobs,
-    Delta,
-    ImagePart,
-)
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.chat_output import ChoiceOutput, MessageParts
 from app.serving.jobs import Job
@@ -39,6 +26,19 @@ from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
+from core.errors import bad_request
+from core.protocol import without_none
+from core.protocol.chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    Delta,
+    ImagePart,
+)
 from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import ChatTemplateOptions
 from plugins.fanout import Choice, PromptRequest
@@ -129,11 +129,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     if requested == 0:
         raise bad_request(f"{param} must be at least 1.", param)
     render = render_options(request, chat=True, max_model_len=engine.max_model_len, max_tokens=requested)
-    try:
-        prompt = await engine.render_chat(_messages(request), template, render)
-    except (ValueError, TypeError) as exc:
-        message = f"The messages cannot be rendered with the model's chat template: {exc}"
-        raise bad_request(message, "messages") from None
+    prompt = await engine.render_chat(_messages(request), template, render)  # EngineRejected names `messages`
     check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None

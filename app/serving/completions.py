@@ -4,8 +4,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from app.errors import bad_request
-from app.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.jobs import Job
 from app.serving.logprobs import CompletionLogprobsBuilder, wire_prompt_logprobs
@@ -20,6 +18,8 @@ from app.serving.sampling import (
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
+from core.errors import bad_request
+from core.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice, PromptRequest

@@ -5,10 +5,10 @@ import asyncio
 import base64
 import struct
 
-from app.errors import bad_request
-from app.protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from app.serving.models import embedding_model
 from app.serving.prompts import completion_prompts
+from core.errors import bad_request
+from core.protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from plugins.engine.protocol import EmbeddingEngine, Prompt, RenderOptions
 from plugins.pipeline import Pipeline
 

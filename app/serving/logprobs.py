@@ -3,9 +3,9 @@
 from collections.abc import Sequence
 from typing import Any
 
-from app.protocol.chat import TokenLogprob, TopLogprob
-from app.protocol.common import PromptLogprob, PromptLogprobs
-from app.protocol.completions import CompletionLogprobs
+from core.protocol.chat import TokenLogprob, TopLogprob
+from core.protocol.common import PromptLogprob, PromptLogprobs
+from core.protocol.completions import CompletionLogprobs
 
 FLOOR = -9999.0  # JSON has no -inf; vLLM clamps the same way
 

@@ -4,7 +4,7 @@ and LoRA adapters, and the embedding engine's names. A name served by the other 
 
 from dataclasses import dataclass
 
-from app.errors import APIError, bad_request
+from core.errors import APIError, bad_request
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ whole-text parse, so that what a client assembles from the stream equals the non
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.chat import DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall
 from app.serving.tools import tool_call_id
-from app.settings import SettingsError
+from core.protocol.chat import DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall
+from core.settings import SettingsError
 
 
 @dataclass

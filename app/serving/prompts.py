@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from app.errors import bad_request
-from app.protocol.common import SamplingFields
 from app.serving.models import ModelChoice, generation_model
 from app.serving.unserved import refuse_unserved
+from core.errors import bad_request
+from core.protocol.common import SamplingFields
 
 
 def check_common(pipeline, request: SamplingFields) -> ModelChoice:

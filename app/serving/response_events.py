@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 
 from app.errors import error_for
-from app.protocol.responses import (
+from app.serving.chat_output import MessageParts
+from core.protocol.responses import (
     FunctionCallOutput,
     IncompleteDetails,
     InputTokensDetails,
@@ -30,7 +31,6 @@ from app.protocol.responses import (
     ResponsesRequest,
     ResponseUsage,
 )
-from app.serving.chat_output import MessageParts
 
 _encode = msgspec.json.encode
 Event = tuple[str, bytes]  # an SSE event's name (the event type) and its JSON data
@@ -132,7 +132,7 @@ class ResponseBuilder:
     def failed(self, error: Exception) -> Event:
         """The error as the client may see it: the message Choir's error mapping gives (a generic one,
         with no internals, for anything unexpected), never the exception's own text."""
-        answer = error_for(error)
+        answer = error_for(error, self.job.response_id)
         code = "server_error" if answer.status >= 500 else "invalid_prompt"
         return self._event("response.failed", response=self.response(
             "failed", error=ResponseError(code=code, message=answer.message)))

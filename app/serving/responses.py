@@ -11,10 +11,13 @@ from typing import Any
 
 import msgspec
 
-from app.errors import APIError, bad_request
-from app.protocol import parse_strict
-from app.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
-from app.protocol.responses import (
+from app.serving.chat import ChatJob, plan_chat
+from app.serving.response_events import ResponseBuilder
+from app.serving.streaming import Outbox, named_frame
+from core.errors import APIError, bad_request
+from core.protocol import parse_strict
+from core.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
+from core.protocol.responses import (
     FunctionCallInput,
     FunctionCallOutputInput,
     InputMessage,
@@ -22,9 +25,6 @@ from app.protocol.responses import (
     ReasoningInput,
     ResponsesRequest,
 )
-from app.serving.chat import ChatJob, plan_chat
-from app.serving.response_events import ResponseBuilder
-from app.serving.streaming import Outbox, named_frame
 from plugins.aggregation import Aggregator, cached_tokens
 from plugins.pipeline import Pipeline
 

@@ -5,9 +5,10 @@ the context-length rules around them."""
 from functools import cache
 from typing import Any
 
-from app.errors import bad_request
-from app.protocol.common import SamplingFields
+from core.errors import bad_request
+from core.protocol.common import SamplingFields
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, RenderOptions
+from plugins.engine.vllm_errors import rejections
 
 # Fields passed to SamplingParams under the same name when the request sets them.
 _OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -27,7 +28,14 @@ def _vllm() -> tuple[Any, Any, Any]:
 def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs: int | None = None,
                           prompt_logprobs: int | None = None, defaults: dict[str, Any] | None = None,
                           structured_outputs: Any = None) -> Any:
-    """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default."""
+    """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default.
+    vLLM's own checks of the values (min_tokens over max_tokens, ...) are its refusals: 400s."""
+    with rejections():
+        return _sampling_params(request, max_tokens, logprobs, prompt_logprobs, defaults, structured_outputs)
+
+
+def _sampling_params(request: SamplingFields, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None,
+                     defaults: dict[str, Any] | None, structured_outputs: Any) -> Any:
     sampling_params, output_kind, repetition_params = _vllm()
     values: dict[str, Any] = dict(defaults or {})
     values.pop("max_tokens", None)

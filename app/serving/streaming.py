@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from app.protocol.common import StreamOptions
+from core.protocol.common import StreamOptions
 
 DONE_FRAME = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode

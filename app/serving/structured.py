@@ -4,9 +4,10 @@ At most one of the three may constrain a request."""
 
 from typing import Any
 
-from app.errors import bad_request
-from app.protocol.chat import JsonObjectFormat, JsonSchemaFormat
-from app.protocol.common import StructuredOutputs
+from core.errors import bad_request
+from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
+from core.protocol.common import StructuredOutputs
+from plugins.engine.vllm_errors import rejections
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
@@ -19,6 +20,12 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
         return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
 
+    with rejections():  # StructuredOutputsParams' own checks
+        return _constraint(StructuredOutputsParams, own, tool_schema, response_format, formatted)
+
+
+def _constraint(params: Any, own: StructuredOutputs | None, tool_schema: dict[str, Any] | None,
+                response_format: Any, formatted: bool) -> Any:
     if own is not None:
         if tool_schema is not None:
             raise bad_request("structured_outputs cannot be combined with tool_choice `required` or a named tool: "
@@ -26,15 +33,15 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
         if formatted:
             raise bad_request("structured_outputs and response_format both constrain the output: send one of them.",
                               "structured_outputs")
-        return StructuredOutputsParams(**_one_constraint(own))
+        return params(**_one_constraint(own))
     if tool_schema is not None:
-        return StructuredOutputsParams(json=tool_schema)
+        return params(json=tool_schema)
     if isinstance(response_format, JsonObjectFormat):
-        return StructuredOutputsParams(json_object=True)
+        return params(json_object=True)
     if response_format.json_schema.schema is None:
         raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
                           "output must follow.", "response_format.json_schema.schema")
-    return StructuredOutputsParams(json=response_format.json_schema.schema)
+    return params(json=response_format.json_schema.schema)
 
 
 def _one_constraint(own: StructuredOutputs) -> dict[str, Any]:

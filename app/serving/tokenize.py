@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
-from app.errors import bad_request
-from app.protocol import without_none
-from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from app.serving.models import generation_model
+from core.errors import bad_request
+from core.protocol import without_none
+from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from plugins.engine.protocol import ChatTemplateOptions, RenderOptions
 from plugins.pipeline import Pipeline
 
@@ -37,12 +37,8 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                        continue_final_message=request.continue_final_message, kwargs=kwargs)
         messages = without_none(msgspec.to_builtins(request.messages))
-        try:
-            prompt = await engine.render_chat(messages, template,
-                                              RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))
-        except (ValueError, TypeError) as exc:
-            raise bad_request(f"The messages cannot be rendered with the model's chat template: {exc}",
-                              "messages") from None
+        prompt = await engine.render_chat(messages, template,
+                                          RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))
     tokens = list(prompt.token_ids)
     return TokenizeResponse(count=len(tokens), max_model_len=engine.max_model_len, tokens=tokens,
                             token_strs=engine.token_pieces(tokens) if request.return_token_strs else None)

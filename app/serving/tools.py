@@ -11,8 +11,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.errors import bad_request
-from app.protocol.chat import (
+from app.serving.tool_stream import ToolArrayScanner
+from core.errors import bad_request
+from core.protocol.chat import (
     ChatCompletionRequest,
     DeltaFunctionCall,
     DeltaToolCall,
@@ -21,7 +22,6 @@ from app.protocol.chat import (
     TextFormat,
     ToolCall,
 )
-from app.serving.tool_stream import ToolArrayScanner
 
 EMPTY_OBJECT = {"type": "object", "properties": {}}
 

@@ -4,7 +4,7 @@ why: vLLM's server honours them, so ignoring them would silently change the answ
 
 from typing import Any
 
-from app.errors import bad_request
+from core.errors import bad_request
 
 # field: (the value that changes nothing, why Choir refuses any other)
 UNSERVED: dict[str, tuple[Any, str]] = {

@@ -14,7 +14,7 @@ import structlog
 from litestar import Litestar
 from litestar.datastructures import State
 
-from app.settings import Settings, SettingsError
+from core.settings import Settings, SettingsError
 from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, EmbeddingEngine, Engine
 
 EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]

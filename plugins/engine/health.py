@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
-from app.errors import APIError
+from core.errors import APIError
 from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 

@@ -12,6 +12,8 @@ import msgspec
 from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
+from core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
+
 
 class Prompt(msgspec.Struct, frozen=True):
     """A prompt rendered and tokenized for the engine."""
@@ -55,21 +57,8 @@ COMPLETION_RENDER = RenderOptions()
 CHAT_RENDER = RenderOptions(add_special_tokens=False)
 
 
-class EngineDead(Exception):
-    """The engine can no longer serve requests."""
-
-
-class AdapterError(ValueError):
-    """A LoRA adapter cannot be loaded (its message says why): its name is taken, or its path holds no
-    adapter this engine can load (`about`)."""
-
-    def __init__(self, message: str, about: Literal["name", "path"] = "path") -> None:
-        super().__init__(message)
-        self.about = about
-
-
-class UnknownAdapter(LookupError):
-    """No LoRA adapter of this name is loaded."""
+# The seam's errors are core's (plain exceptions the HTTP side maps to answers).
+__all__ = ["AdapterError", "EngineDead", "EngineRejected", "UnknownAdapter"]
 
 
 class Engine(Protocol):

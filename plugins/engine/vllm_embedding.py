@@ -5,6 +5,7 @@ from typing import Any
 
 from plugins.engine.protocol import EngineDead, Prompt
 from plugins.engine.vllm_base import VllmBase
+from plugins.engine.vllm_errors import rejection, rejections
 
 
 class VllmEmbeddingEngine(VllmBase):
@@ -26,7 +27,8 @@ class VllmEmbeddingEngine(VllmBase):
         from vllm.v1.engine.exceptions import EngineDeadError
 
         # task "embed": one vector per prompt (without it vLLM may pick per-token embeddings).
-        params = self._pooling_params(task="embed", dimensions=dimensions, use_activation=normalize)
+        with rejections():
+            params = self._pooling_params(task="embed", dimensions=dimensions, use_activation=normalize)
         vector = None
         try:
             async with aclosing(self._engine.encode(prompt.engine_input, params, request_id)) as outputs:
@@ -34,5 +36,10 @@ class VllmEmbeddingEngine(VllmBase):
                     vector = output.outputs.data
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
+        except Exception as exc:
+            rejected = rejection(exc)
+            if rejected is None:
+                raise
+            raise rejected from exc
         assert vector is not None, "the pooling engine finished without an output"
         return vector.float().tolist()

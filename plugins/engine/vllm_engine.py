@@ -10,19 +10,21 @@ from typing import Any
 
 import structlog
 
-from app.settings import Settings, SettingsError
+from core.settings import Settings, SettingsError
 from plugins.engine.protocol import (
     CHAT_RENDER,
     NO_OPTIONS,
     AdapterError,
     ChatTemplateOptions,
     EngineDead,
+    EngineRejected,
     GenerateOptions,
     Prompt,
     RenderOptions,
     UnknownAdapter,
 )
 from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
+from plugins.engine.vllm_errors import rejection, rejections
 
 log = structlog.get_logger("choir.engine")
 
@@ -83,10 +85,16 @@ class VllmEngine(VllmBase):
         params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
         tok_params = self._tokenize(options)
         extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
-        if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
-            _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
-        else:
-            _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
+        try:
+            with rejections():
+                if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
+                    _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
+                else:
+                    _, inputs = await renderer.render_chat_async([messages], params, tok_params,
+                                                                 prompt_extras=extras)
+        except EngineRejected as exc:
+            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {exc.message}",
+                                 "messages") from exc
         return prompt_of(inputs[0])
 
     async def generate(self, prompt: Prompt, params: Any, request_id: str,
@@ -107,6 +115,11 @@ class VllmEngine(VllmBase):
                     yield output
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
+        except Exception as exc:
+            rejected = rejection(exc)
+            if rejected is None:
+                raise
+            raise rejected from exc
 
     # LoRA adapters
 

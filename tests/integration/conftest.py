@@ -31,7 +31,7 @@ def direct_engine():
     import asyncio
     import threading
 
-    from app.settings import Settings
+    from core.settings import Settings
     from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, parse_engine_args
 
     for key, value in ENGINE_ENVIRONMENT.items():

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from app.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
+from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
 from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine

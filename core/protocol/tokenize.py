@@ -5,8 +5,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from app.protocol.chat import ChatMessage, Tool
-from app.protocol.common import TokenId
+from core.protocol.chat import ChatMessage, Tool
+from core.protocol.common import TokenId
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from app.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
+from core.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
 
 
 class TextPart(msgspec.Struct, tag_field="type", tag="text"):

@@ -5,8 +5,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from app.protocol.chat import ResponseFormat
-from app.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
+from core.protocol.chat import ResponseFormat
+from core.protocol.common import FinishReason, MaxTokens, PromptLogprobs, SamplingFields, Usage
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

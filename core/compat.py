@@ -14,8 +14,8 @@ import msgspec
 import structlog
 import yaml
 
-from app.errors import APIError, bad_request
-from app.settings import SettingsError
+from core.errors import APIError, bad_request
+from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")

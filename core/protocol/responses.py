@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from app.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat
+from core.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat
 
 
 class InputText(msgspec.Struct, tag_field="type", tag="input_text"):

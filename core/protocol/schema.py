@@ -1,6 +1,6 @@
 """Keep spec/openapi.yaml's component schemas equal to the wire types (tests/test_spec.py checks it).
 
-    python -m app.protocol.schema     # rewrite the components after changing a Struct
+    python -m core.protocol.schema     # rewrite the components after changing a Struct
 """
 
 from pathlib import Path
@@ -9,13 +9,13 @@ from typing import Any
 import msgspec
 import yaml
 
-from app.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
-from app.protocol.common import ErrorResponse
-from app.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
-from app.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
-from app.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
-from app.protocol.responses import Response, ResponseEvent, ResponsesRequest
-from app.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from core.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from core.protocol.common import ErrorResponse
+from core.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
+from core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from core.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
+from core.protocol.responses import Response, ResponseEvent, ResponsesRequest
+from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
               ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent,

@@ -1,0 +1,67 @@
+"""Choir's error types, free of any web framework: what its own code raises, and what the engine seam
+raises. app/errors.py turns these (and Litestar's, and the unexpected) into OpenAI's error shape."""
+
+from http import HTTPStatus
+from typing import Literal
+
+from core.protocol.common import ErrorDetail, ErrorResponse
+
+ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "RequestTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    499: "ClientClosedRequestError",  # nginx's status for a client that left: only ever logged
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+class APIError(Exception):
+    """An answer in OpenAI's error shape: the status, a message for the client, the field it is about."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.headers: dict[str, str] = {}
+
+    @property
+    def body(self) -> ErrorResponse:
+        error_type = ERROR_TYPES.get(self.status, HTTPStatus(self.status).phrase.replace(" ", "") + "Error")
+        return ErrorResponse(ErrorDetail(message=self.message, type=error_type, param=self.param, code=self.status))
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param)
+
+
+class EngineDead(Exception):
+    """The engine can no longer serve requests."""
+
+
+class EngineRejected(Exception):
+    """The engine refused a request: as invalid (vLLM's validation: a token id out of vocabulary, too many
+    logprobs, a grammar it cannot compile; 400), or for now (its queue is full; 503). The message is
+    vLLM's, without its internals."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status = message, param, status
+
+
+class AdapterError(ValueError):
+    """A LoRA adapter cannot be loaded (its message says why): its name is taken, or its path holds no
+    adapter this engine can load (`about`)."""
+
+    def __init__(self, message: str, about: Literal["name", "path"] = "path") -> None:
+        super().__init__(message)
+        self.about = about
+
+
+class UnknownAdapter(LookupError):
+    """No LoRA adapter of this name is loaded."""
