@@ -44,6 +44,8 @@ serve: install
 
 test: install
 	$(BIN)/ruff check app core plugins tests benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

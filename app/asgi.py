@@ -6,6 +6,7 @@ from litestar.exceptions import HTTPException
 
 from app.docs import docs_assets_router, openapi_config
 from app.errors import exception_handler
+from app.parsers_plugin import ParsersPlugin
 from app.request_log import RequestLogMiddleware, configure_logging
 from app.routes import ROUTE_HANDLERS
 from core.errors import APIError
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
+                 ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine.state_key),
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key,
                                 engine.embedding_state_key),
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],

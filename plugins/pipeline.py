@@ -8,6 +8,7 @@ engine plugin's lifespan fills, and the compat rules from the route the spec plu
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from litestar import Request
 from litestar.config.app import AppConfig
@@ -29,9 +30,13 @@ class Pipeline:
     engine: Engine  # generation, LoRA adapters included
     aggregator: Aggregator
     embedding: EmbeddingEngine | None = None  # CHOIR_EMBEDDING_MODEL's engine
+    parsers: Any = None  # the serving side's reasoning and tool parsers (app/parsers_plugin.py), if any
 
 
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
+
+
+PARSERS_STATE_KEY = "parsers"  # app state: the parsers app/parsers_plugin.py builds at start-up
 
 
 class PipelinePlugin(InitPlugin):
@@ -50,7 +55,8 @@ class PipelinePlugin(InitPlugin):
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
             state = request.app.state
             engine = state[key]
-            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state.get(embedding_key))
+            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state.get(embedding_key),
+                            state.get(PARSERS_STATE_KEY))
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

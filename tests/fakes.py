@@ -51,8 +51,6 @@ class FakeEngine:
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
     priority_scheduling: bool = False
     vocab_size: int = 0x110000 + 3  # every code point
-    tool_parser: str | None = None
-    parsers: Any = None
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
     is_alive: bool = True

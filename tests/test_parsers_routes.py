@@ -9,6 +9,7 @@ import pytest
 
 from app.serving.parsers import ParserSet
 from core.settings import BUNDLED_MODEL_DIR
+from plugins.pipeline import PARSERS_STATE_KEY
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -26,11 +27,11 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR))
 
 
-def use_parsers(engine, reasoning=None, tool=None):
+def use_parsers(client, engine, reasoning=None, tool=None):
+    """As app/parsers_plugin.py does at start-up, with the bundled tokenizer."""
     engine.tokenizer = tokenizer()
-    engine.tool_parser = tool
-    engine.parsers = ParserSet.load(tokenizer(), reasoning, tool)
     engine.max_model_len = 4096
+    client.app.state[PARSERS_STATE_KEY] = ParserSet.load(tokenizer(), reasoning, tool)
 
 
 def script(*pieces):
@@ -95,7 +96,7 @@ TEXT = "Let me check. " + CALL
 
 @pytest.mark.parametrize("cut", range(1, len(TEXT)))
 def test_auto_tool_call_cut_at_every_character(client, fake_engine, cut):
-    use_parsers(fake_engine, tool="hermes")
+    use_parsers(client, fake_engine, tool="hermes")
     fake_engine.script = script(TEXT[:cut], TEXT[cut:])
     whole, chunks = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS})
     check_call_answer(whole, chunks, 1, "Let me check. ")
@@ -103,7 +104,7 @@ def test_auto_tool_call_cut_at_every_character(client, fake_engine, cut):
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_auto_tool_call_one_token_at_a_time(client, fake_engine, n):
-    use_parsers(fake_engine, tool="hermes")
+    use_parsers(client, fake_engine, tool="hermes")
     fake_engine.script = script(*token_pieces(TEXT))
     whole, chunks = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS}, n=n)
     check_call_answer(whole, chunks, n, "Let me check. ")
@@ -111,7 +112,7 @@ def test_auto_tool_call_one_token_at_a_time(client, fake_engine, n):
 
 @pytest.mark.parametrize("cut", range(1, len("I think <tool is not a call")))
 def test_text_that_only_looks_like_a_marker_is_content(client, fake_engine, cut):
-    use_parsers(fake_engine, tool="hermes")
+    use_parsers(client, fake_engine, tool="hermes")
     text = "I think <tool is not a call"
     fake_engine.script = script(text[:cut], text[cut:])
     whole, chunks = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS})
@@ -126,7 +127,7 @@ REASONED = THOUGHT + "Sure. " + CALL
 @pytest.mark.parametrize("cut", range(1, len(token_pieces(REASONED))))
 @pytest.mark.parametrize("n", [1, 2])
 def test_reasoning_then_tool_call_cut_at_every_token(client, fake_engine, cut, n):
-    use_parsers(fake_engine, reasoning="deepseek_r1", tool="hermes")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1", tool="hermes")
     pieces = token_pieces(REASONED)
     fake_engine.script = script("".join(pieces[:cut]), "".join(pieces[cut:]))
     whole, chunks = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS}, n=n)
@@ -137,7 +138,7 @@ def test_reasoning_then_tool_call_cut_at_every_token(client, fake_engine, cut, n
 
 
 def test_reasoning_without_tools(client, fake_engine):
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     fake_engine.script = script(*token_pieces(THOUGHT + "Hello there."))
     whole, chunks = whole_and_streamed(client, {"messages": MESSAGES})
     message = whole["choices"][0]["message"]
@@ -157,7 +158,7 @@ def test_without_a_reasoning_parser_everything_is_content(client, fake_engine):
 
 
 def test_tool_choice_none_does_not_parse_tool_calls(client, fake_engine):
-    use_parsers(fake_engine, tool="hermes")
+    use_parsers(client, fake_engine, tool="hermes")
     fake_engine.script = script(TEXT)
     message = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"}).json()[
         "choices"][0]["message"]
@@ -165,7 +166,7 @@ def test_tool_choice_none_does_not_parse_tool_calls(client, fake_engine):
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call(client, fake_engine):
-    use_parsers(fake_engine, tool="hermes")
+    use_parsers(client, fake_engine, tool="hermes")
     second = CALL.replace("Paris", "Rome")
     fake_engine.script = script(*token_pieces(CALL + second))
     body = {"messages": MESSAGES, "tools": TOOLS, "parallel_tool_calls": False}

@@ -24,7 +24,7 @@ def whole_and_streamed(client, body):
 
 
 def test_qwen3_with_thinking_off_answers_in_content(client, fake_engine):
-    use_parsers(fake_engine, reasoning="qwen3")
+    use_parsers(client, fake_engine, reasoning="qwen3")
     fake_engine.script = script(*token_pieces("No thinking here."))
     off = {"messages": MESSAGES, "chat_template_kwargs": {"enable_thinking": False}}
     message, streamed = whole_and_streamed(client, off)
@@ -35,7 +35,7 @@ def test_qwen3_with_thinking_off_answers_in_content(client, fake_engine):
 
 
 def test_reasoning_effort_none_turns_qwen3_thinking_off(client, fake_engine):
-    use_parsers(fake_engine, reasoning="qwen3")
+    use_parsers(client, fake_engine, reasoning="qwen3")
     fake_engine.script = script(*token_pieces("Plain."))
     message, _ = whole_and_streamed(client, {"messages": MESSAGES, "reasoning_effort": "none"})
     assert message["content"] == "Plain."
@@ -43,7 +43,7 @@ def test_reasoning_effort_none_turns_qwen3_thinking_off(client, fake_engine):
 
 def test_a_prompt_that_ended_the_reasoning_leaves_content(client, fake_engine):
     """deepseek_r1 reads text without an end marker as reasoning, unless the prompt already closed it."""
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     fake_engine.script = script(*token_pieces("The answer."))
     closed = [*MESSAGES, {"role": "assistant", "content": "<think>thought</think>"}]
     body = {"messages": closed, "add_generation_prompt": False, "continue_final_message": True}
@@ -52,7 +52,7 @@ def test_a_prompt_that_ended_the_reasoning_leaves_content(client, fake_engine):
 
 
 def test_include_reasoning_false_drops_it_but_counts_it(client, fake_engine):
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     fake_engine.script = script(*token_pieces(THOUGHT + "Visible."))
     body = {"messages": MESSAGES, "include_reasoning": False, "logprobs": True, "return_token_ids": True}
     whole = client.post(CHAT, json=body).json()
@@ -68,7 +68,7 @@ def test_include_reasoning_false_drops_it_but_counts_it(client, fake_engine):
 
 @pytest.mark.parametrize("cut", range(1, 12))
 def test_a_forced_tool_call_follows_the_reasoning(client, fake_engine, cut):
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     pieces = token_pieces(THOUGHT + '{"city": "Paris"}')
     fake_engine.script = script("".join(pieces[:cut]), "".join(pieces[cut:]))
     message, streamed = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS, "tool_choice": NAMED})
@@ -80,7 +80,7 @@ def test_a_forced_tool_call_follows_the_reasoning(client, fake_engine, cut):
 
 
 def test_required_calls_follow_the_reasoning(client, fake_engine):
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     fake_engine.script = script(*token_pieces(THOUGHT + '[{"name": "get_weather", "parameters": {"city": "Oslo"}}]'))
     message, streamed = whole_and_streamed(client, {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"})
     assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"city": "Oslo"}]
@@ -89,7 +89,7 @@ def test_required_calls_follow_the_reasoning(client, fake_engine):
 
 
 def test_the_engine_learns_where_the_constraint_starts(client, fake_engine):
-    use_parsers(fake_engine, reasoning="qwen3")
+    use_parsers(client, fake_engine, reasoning="qwen3")
     schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": WEATHER}}
     kwargs = {"enable_thinking": True, "x": 1}
     client.post(CHAT, json={"messages": MESSAGES, "response_format": schema, "chat_template_kwargs": kwargs})
@@ -105,7 +105,7 @@ def test_the_engine_learns_where_the_constraint_starts(client, fake_engine):
 def test_an_output_constrained_from_its_first_token_is_content(client, fake_engine):
     """include_reasoning false with a schema: the engine constrains from token 0, so Qwen3's parser
     (thinking on, which would call text without `</think>` reasoning) must read it all as content."""
-    use_parsers(fake_engine, reasoning="qwen3")
+    use_parsers(client, fake_engine, reasoning="qwen3")
     fake_engine.script = script(*token_pieces('{"city": "Rome"}'))
     schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": WEATHER}}
     message, streamed = whole_and_streamed(client, {"messages": MESSAGES, "response_format": schema,

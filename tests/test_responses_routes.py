@@ -145,7 +145,7 @@ def test_store_true_is_tolerated_and_nothing_is_stored(client):
 def test_reasoning_becomes_a_reasoning_item(client, fake_engine):
     from tests.test_parsers_routes import THOUGHT, token_pieces, use_parsers
 
-    use_parsers(fake_engine, reasoning="deepseek_r1")
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
     fake_engine.script = lambda prompt, params: token_pieces(THOUGHT + "Answer.")
     body = client.post(PATH, json={"input": "hi", "reasoning": {"effort": "high", "summary": "auto"}}).json()
     reasoning, message = body["output"]

@@ -118,7 +118,8 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     fan_out.check(candidates or request.n, request.seed)
     _check_unsupported(request)
     wanted_prompt_logprobs = check_prompt_logprobs(request)
-    tools = plan_tools(request, engine.tool_parser)
+    parsers = pipeline.parsers
+    tools = plan_tools(request, parsers.tool_name if parsers is not None else None)
     kwargs = template_kwargs(request, tools)
     template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                    continue_final_message=request.continue_final_message, kwargs=kwargs)
@@ -137,7 +138,6 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=ranking_logprobs(logprobs, candidates),
                                    prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
                                    structured_outputs=constraint)
-    parsers = engine.parsers
     options = generate_options(request, engine.priority_scheduling, model.adapter,
                                *_reasoning_for_engine(request, parsers, kwargs, prompt.token_ids, constraint))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id, options=options)

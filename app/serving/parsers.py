@@ -24,15 +24,17 @@ class Parsed:
 
 @dataclass(frozen=True)
 class ParserSet:
-    """The configured parser classes and the tokenizer they are built with."""
+    """The configured parser classes and the tokenizer they are built with (app/parsers_plugin.py
+    builds it once the engine has started)."""
 
     tokenizer: Any
     reasoning: type | None = None
     tool: type | None = None
+    tool_name: str | None = None  # CHOIR_TOOL_PARSER: tool_choice `auto` needs one
 
     @classmethod
     def load(cls, tokenizer: Any, reasoning: str | None, tool: str | None) -> "ParserSet":
-        return cls(tokenizer, *parser_classes(reasoning, tool))
+        return cls(tokenizer, *parser_classes(reasoning, tool), tool_name=tool)
 
     def for_choice(self, request: Any, use_tools: bool, template_kwargs: dict[str, Any] | None = None,
                    prompt_ids: list[int] | None = None, no_reasoning: bool = False) -> "ChoiceParser | None":

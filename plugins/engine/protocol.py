@@ -69,8 +69,7 @@ class Engine(Protocol):
     default_sampling_params: dict[str, Any]  # from the model's generation_config
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     vocab_size: int  # token ids go from 0 to vocab_size - 1
-    tool_parser: str | None  # the vLLM tool parser for `tool_choice: auto` (CHOIR_TOOL_PARSER)
-    parsers: Any  # app.serving.parsers.ParserSet when a reasoning or tool parser is configured, else None
+    tokenizer: Any  # vLLM's tokenizer of the model (the serving side builds its parsers with it)
 
     @property
     def is_alive(self) -> bool: ...

@@ -33,6 +33,11 @@ class VllmBase:
     def is_alive(self) -> bool:
         return not self._engine.errored
 
+    @property
+    def tokenizer(self) -> Any:
+        """vLLM's tokenizer of the model: the serving side builds its parsers with it."""
+        return self._engine.renderer.tokenizer
+
     def _tokenize(self, options: RenderOptions) -> Any:
         """vLLM's TokenizeParams for these options, built once per distinct options. Choir checks
         lengths itself (clear messages, the right `param`), so vLLM's check is off."""

@@ -59,8 +59,7 @@ def parse_flags(argv: list[str], setting: str) -> Any:
 class VllmEngine(VllmBase):
     """The generation engine, with its LoRA adapters (each a model name of its own)."""
 
-    def __init__(self, engine: Any, engine_args: Any, version: str, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None) -> None:
+    def __init__(self, engine: Any, engine_args: Any, version: str) -> None:
         from vllm.lora.request import LoRARequest
         from vllm.renderers.params import ChatParams
 
@@ -68,12 +67,6 @@ class VllmEngine(VllmBase):
         self._chat_params, self._lora_request = ChatParams, LoRARequest
         config = engine.model_config
         self.default_sampling_params = dict(config.get_diff_sampling_param())
-        self.tool_parser = tool_parser
-        self.parsers = None
-        if tool_parser or reasoning_parser:  # unknown names stop start-up here, with the known ones
-            from app.serving.parsers import ParserSet
-
-            self.parsers = ParserSet.load(engine.renderer.tokenizer, reasoning_parser, tool_parser)
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         self._loras: dict[str, Any] = {}  # adapter name → vLLM's LoRARequest
         self._next_lora_id = 1
@@ -185,17 +178,12 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
-    if settings.reasoning_parser or settings.tool_parser:  # a name vLLM lacks stops start-up before the engine
-        from app.serving.parsers import parser_classes
-
-        parser_classes(settings.reasoning_parser, settings.tool_parser)
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
     settle_after_startup()
     try:
-        served = VllmEngine(engine, engine_args, vllm.__version__, tool_parser=settings.tool_parser,
-                            reasoning_parser=settings.reasoning_parser)
+        served = VllmEngine(engine, engine_args, vllm.__version__)
         for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
             try:
                 await served.load_adapter(module.name, module.path)
