@@ -1,106 +1,173 @@
-"""Compatibility profiles: the rules of spec/profiles/<name>.yaml, applied generically.
+"""Compatibility profiles: the rules of spec/profiles/<name>.yaml, decoded at start-up into typed
+`Rules` and applied generically.
 
-A rule is data; code here only knows how to apply each kind of rule. SpecPlugin hands every route
-the `OperationCompat` holding the rules its operation lists under `x-choir-rules`.
+A rule is data; code here only knows how to apply each kind of rule. A profile with a rule or a
+value it does not know (`greedy_n: rejct`) stops start-up with one line naming the file and the
+key. SpecPlugin hands every route the `OperationCompat` holding the rules its operation lists under
+`x-choir-rules`. The shaping of chat messages and deltas (`delta_always`, `reasoning_field`) is done
+here too, in one place.
 """
 
 import hashlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import structlog
 import yaml
+from msgspec import UNSET, Meta
 
 from core.errors import APIError, bad_request
+from core.protocol.chat import AssistantMessage, Delta
 from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")
+DeltaKey = Literal["role", "content", "reasoning_content", "reasoning", "tool_calls"]
+
+
+class UnknownModel(msgspec.Struct, forbid_unknown_fields=True):
+    """The answer to a `model` the server does not serve ({model}: the name sent, {served}: the served names)."""
+
+    status: Annotated[int, Meta(ge=400, le=499)]
+    message: str
+
+
+class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Every rule a profile may set; None where a profile leaves it to the profile it extends."""
+
+    system_fingerprint: Literal["omit", "include"] | None = None
+    delta_always: dict[DeltaKey, str | None] | None = None  # keys every chat delta carries, with their value
+    reasoning_field: Literal["reasoning_content", "reasoning"] | None = None
+    rejected_fields: dict[str, str] | None = None  # request field → why it is refused
+    removed_fields: dict[str, str] | None = None
+    unknown_fields: Literal["ignore", "reject"] | None = None
+    unknown_model: UnknownModel | None = None
+    greedy_n: Literal["allow", "reject"] | None = None
+
+
+RULE_NAMES = frozenset(field.name for field in msgspec.structs.fields(Rules))
+
+
+class ProfileFile(msgspec.Struct, forbid_unknown_fields=True):
+    rules: Rules = msgspec.field(default_factory=Rules)
+    extends: str | None = None
 
 
 @dataclass(frozen=True)
 class CompatProfile:
     name: str
-    rules: dict[str, Any]
+    rules: Rules
 
     @classmethod
     def load(cls, profiles_dir: Path, name: str) -> "CompatProfile":
         known = sorted(path.stem for path in profiles_dir.glob("*.yaml"))
         if name not in known:
             raise SettingsError(f"CHOIR_COMPAT={name!r} is not a known profile: {', '.join(known)}.")
-        rules: dict[str, Any] = {}
-        chain, current = [], name
+        chain: list[Rules] = []
+        seen: list[str] = []
+        current: str | None = name
         while current is not None:
-            if current in chain or current not in known:
+            if current in seen or current not in known:
                 raise SettingsError(f"Profile {name!r} extends {current!r}, which is unknown or circular.")
-            chain.append(current)
-            document = yaml.safe_load((profiles_dir / f"{current}.yaml").read_text()) or {}
-            rules = {**document.get("rules", {}), **rules}  # the more specific profile wins
-            current = document.get("extends")
-        return cls(name, rules)
+            seen.append(current)
+            document = _read(profiles_dir / f"{current}.yaml")
+            chain.append(document.rules)
+            current = document.extends
+        merged = {rule: next((getattr(rules, rule) for rules in chain if getattr(rules, rule) is not None), None)
+                  for rule in RULE_NAMES}  # the more specific profile wins, rule by rule
+        return cls(name, Rules(**merged))
 
     def for_operation(self, rule_names: list[str]) -> "OperationCompat":
-        unknown = sorted(set(rule_names) - set(self.rules))
-        if unknown:
-            raise SettingsError(f"Profile {self.name!r} defines no rule {', '.join(unknown)}.")
-        return OperationCompat({name: self.rules[name] for name in rule_names})
+        undefined = sorted(name for name in rule_names if name not in RULE_NAMES or getattr(self.rules, name) is None)
+        if undefined:
+            raise SettingsError(f"Profile {self.name!r} defines no rule {', '.join(undefined)}.")
+        return OperationCompat(Rules(**{name: getattr(self.rules, name) for name in rule_names}))
+
+
+def _read(path: Path) -> ProfileFile:
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+        return msgspec.convert(document, ProfileFile, strict=True)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except msgspec.ValidationError as exc:
+        message, _, where = str(exc).partition(" - at `$.")
+        key = where.rstrip("`") or "the document"
+        raise SettingsError(f"{path}: {key}: {message}") from None
 
 
 @dataclass(frozen=True)
 class OperationCompat:
     """The profile's rules that apply to one operation; a rule it does not list is not applied."""
 
-    rules: dict[str, Any] = field(default_factory=dict)
+    rules: Rules = field(default_factory=Rules)
 
-    def check_body(self, body: Any, wire_type: type[msgspec.Struct]) -> None:
+    def check_body(self, body: Any, wire_type: type) -> None:
         """Fields the profile refuses, then fields the endpoint does not know: ignored with a warning
         that names them (as vLLM's server does), or refused (`unknown_fields: reject`)."""
         if not isinstance(body, dict):
             return  # not an object: parsing reports it
-        for rule in ("rejected_fields", "removed_fields"):
-            for name, message in (self.rules.get(rule) or {}).items():
+        for refused in (self.rules.rejected_fields, self.rules.removed_fields):
+            for name, message in (refused or {}).items():
                 if name in body:
                     raise bad_request(message, name)
         unknown = [name for name in body if name not in known_fields(wire_type)]
-        if not unknown:
+        if not unknown or self.rules.unknown_fields is None:
             return
-        if self.rules.get("unknown_fields") == "reject":
+        if self.rules.unknown_fields == "reject":
             names = ", ".join(f"`{name}`" for name in unknown)
             raise bad_request(f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: this endpoint does not take "
                               f"{'them' if len(unknown) > 1 else 'it'}. See GET /schema for its fields.", unknown[0])
-        if "unknown_fields" in self.rules:
-            log.warning("request fields ignored: this endpoint does not know them", fields=unknown)
+        log.warning("request fields ignored: this endpoint does not know them", fields=unknown)
 
     def check_model(self, model: str | None, served: tuple[str, ...]) -> None:
-        rule = self.rules.get("unknown_model")
+        rule = self.rules.unknown_model
         if rule is None or model is None or model in served:
             return
-        message = rule["message"].format(model=model, served=", ".join(served))
-        raise APIError(int(rule["status"]), message, "model")
+        raise APIError(rule.status, rule.message.format(model=model, served=", ".join(served)), "model")
 
     def check_n(self, n: int, temperature: float | None) -> None:
-        if self.rules.get("greedy_n") == "reject" and n > 1 and temperature is not None and \
+        if self.rules.greedy_n == "reject" and n > 1 and temperature is not None and \
                 temperature < GREEDY_TEMPERATURE:
             raise bad_request(f"n must be 1 when using greedy sampling, got {n}.", "n")
 
     def system_fingerprint(self, engine_version: str, model_root: str, max_model_len: int) -> str | None:
-        if self.rules.get("system_fingerprint") != "include":
+        if self.rules.system_fingerprint != "include":
             return None
         digest = hashlib.sha256(f"{model_root}|{max_model_len}".encode()).hexdigest()[:8]
         return f"vllm-{engine_version}-{digest}"
 
-    @property
-    def reasoning_field(self) -> str:
-        return self.rules.get("reasoning_field") or "reasoning_content"
+    # The shaping of chat answers: where reasoning goes, and what every delta carries.
 
     @property
-    def delta_always(self) -> dict[str, Any]:
-        return self.rules.get("delta_always") or {}
+    def reasoning_field(self) -> str:
+        return self.rules.reasoning_field or "reasoning_content"
+
+    def message(self, content: str | None, tool_calls: list[Any], reasoning: str | None,
+                reads_reasoning: bool) -> AssistantMessage:
+        """A whole answer's message. A choice with a reasoning parser carries the reasoning field
+        (null when there was none); one without does not."""
+        message = AssistantMessage(content=content, tool_calls=tool_calls or UNSET)
+        if reads_reasoning:
+            setattr(message, self.reasoning_field, reasoning)
+        return message
+
+    def delta(self, fields: dict[str, Any], content: str | None = None, reasoning: str | None = None,
+              tool_calls: list[Any] | None = None) -> Delta:
+        """A stream chunk's delta: `fields` and the parts that are set, and the profile's `delta_always` keys."""
+        fields = dict(fields)
+        if content:
+            fields["content"] = content
+        if reasoning:
+            fields[self.reasoning_field] = reasoning
+        if tool_calls:
+            fields["tool_calls"] = tool_calls
+        return Delta(**{**(self.rules.delta_always or {}), **fields})
 
 
 @cache
-def known_fields(wire_type: type[msgspec.Struct]) -> frozenset[str]:
+def known_fields(wire_type: type) -> frozenset[str]:
     return frozenset(field.encode_name for field in msgspec.structs.fields(wire_type))

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
 
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.chat_output import ChoiceOutput, MessageParts
@@ -26,10 +25,10 @@ from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
 from app.serving.structured import structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
+from core.compat import OperationCompat
 from core.errors import bad_request
 from core.protocol import without_none
 from core.protocol.chat import (
-    AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -48,8 +47,7 @@ from plugins.pipeline import Pipeline
 @dataclass(frozen=True, kw_only=True)
 class ChatJob(Job):
     request: ChatCompletionRequest
-    delta_always: dict[str, Any]  # keys every delta carries (compat profile)
-    reasoning_field: str  # where reasoning text goes (compat profile)
+    compat: OperationCompat  # shapes messages and deltas (where reasoning goes, what every delta carries)
     tools: ToolPlan
     parsers: ParserSet | None = None
     parser_request: Any = None  # the request as vLLM's parsers expect it
@@ -63,14 +61,9 @@ class ChatJob(Job):
                             no_reasoning=first.options.reasoning_ended is True)
 
     def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
-        if parts is not None:
-            if parts.content:
-                fields["content"] = parts.content
-            if parts.reasoning:
-                fields[self.reasoning_field] = parts.reasoning
-            if parts.tool_calls:
-                fields["tool_calls"] = parts.tool_calls
-        return Delta(**{**self.delta_always, **fields})
+        if parts is None:
+            return self.compat.delta(fields)
+        return self.compat.delta(fields, parts.content, parts.reasoning, parts.tool_calls)
 
     def shows_tokens(self, reader: ChoiceOutput) -> bool:
         """include_reasoning false hides a reasoning choice's tokens and logprobs too: they hold the reasoning."""
@@ -144,8 +137,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=fan_out.choices([single], candidates or request.n), system_fingerprint=fingerprint,
-                   keep=request.n if candidates else None, delta_always=compat.delta_always,
-                   reasoning_field=compat.reasoning_field, tools=tools, parsers=parsers,
+                   keep=request.n if candidates else None, compat=compat, tools=tools, parsers=parsers,
                    parser_request=_parser_request(request, model.name) if parsers else None, template_kwargs=kwargs)
 
 
@@ -190,9 +182,8 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
         completion = output.outputs[0]
         reader = job.output()
         parts = reader.whole(completion.text)
-        message = AssistantMessage(content=parts.content, tool_calls=parts.tool_calls or UNSET)
+        message = job.compat.message(parts.content, parts.tool_calls, parts.reasoning, reader.reasons)
         if reader.reasons:
-            setattr(message, job.reasoning_field, parts.reasoning)
             counted = reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning)
             reasoning_tokens = (reasoning_tokens or 0) + (counted or 0)
         shown = job.shows_tokens(reader)
