@@ -160,6 +160,7 @@ async def test_closing_the_stream_early_aborts_every_child(n):
     """What Litestar does when the client disconnects: the SSE body iterator is closed mid-stream.
     (The in-process test client cannot disconnect; tests/integration checks this on a real server.)"""
     from app.serving.chat import plan_chat, stream_chat
+    from app.serving.counts import TokenCounts
     from core.compat import OperationCompat
     from core.protocol.chat import ChatCompletionRequest
     from plugins.aggregation import Aggregator
@@ -171,7 +172,7 @@ async def test_closing_the_stream_early_aborts_every_child(n):
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=n, stream=True)
     pipeline = Pipeline(OperationCompat(), FanOut(), engine, Aggregator(engine))
     job = await plan_chat(pipeline, msgspec_convert(request), "chatcmpl-x", 0)
-    events = stream_chat(Aggregator(engine), job)
+    events = stream_chat(Aggregator(engine), job, TokenCounts())
     for _ in range(3):
         await anext(events)
     assert len(engine.running) == n

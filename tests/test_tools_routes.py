@@ -139,3 +139,34 @@ def test_response_format_reaches_the_engine(client, fake_engine, response_format
         assert structured is None
     else:
         assert {key: getattr(structured, key) for key in expected} == expected
+
+
+TAB_OUTPUT = '{"city": "Pa\tris\x1b"}'  # xgrammar lets raw control characters into strings; JSON does not
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+def test_forced_arguments_are_strict_json_whole_and_streamed(client, fake_engine, size):
+    fake_engine.script = scripted(TAB_OUTPUT, size)
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": NAMED}
+    [call] = client.post(CHAT, json=body).json()["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Pa\tris\x1b"}  # strict json.loads
+    chunks, _ = sse_json(client.post(CHAT, json={**body, "stream": True}).text)
+    [streamed] = streamed_calls(chunks)
+    assert streamed["arguments"] == call["function"]["arguments"]
+    fake_engine.script = scripted(f'[{{"name": "get_weather", "parameters": {TAB_OUTPUT}}}]', size)
+    required = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
+    [whole] = client.post(CHAT, json=required).json()["choices"][0]["message"]["tool_calls"]
+    [part] = streamed_calls(sse_json(client.post(CHAT, json={**required, "stream": True}).text)[0])
+    assert json.loads(whole["function"]["arguments"]) == json.loads(part["arguments"]) == {"city": "Pa\tris\x1b"}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_json_constrained_text_is_strict_json(client, fake_engine, path):
+    fake_engine.script = scripted(TAB_OUTPUT, 2)
+    body = {"messages": MESSAGES} if path == CHAT else {"prompt": "x"}
+    body["response_format"] = {"type": "json_object"}
+    choice = client.post(path, json={**body, "max_tokens": 100}).json()["choices"][0]
+    text = choice["message"]["content"] if path == CHAT else choice["text"]
+    assert json.loads(text) == {"city": "Pa\tris\x1b"}
+    free = client.post(path, json={k: v for k, v in body.items() if k != "response_format"}).json()["choices"][0]
+    assert "\t" in (free["message"]["content"] if path == CHAT else free["text"])  # free text is left as it is

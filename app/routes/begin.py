@@ -8,6 +8,8 @@ from litestar import Request
 
 from app.request_log import annotate
 from app.routes.request_ids import request_base_id
+from app.serving.counts import TokenCounts
+from app.serving.jobs import Job
 from core.protocol import parse_strict
 from plugins.pipeline import Pipeline
 
@@ -28,3 +30,10 @@ def begin(request: Request, pipeline: Pipeline, raw: Any, wire_type: type[T], pr
     response_id = f"{prefix}{base_id}"
     annotate(request.scope, response_id=response_id)
     return Begun(body, base_id, response_id)
+
+
+def counted(request: Request, job: Job) -> TokenCounts:
+    """The token counts the request's log line reports: the prompt's now, the completion's when it ends."""
+    counts = TokenCounts(prompt_tokens=job.prompt_tokens)
+    annotate(request.scope, tokens=counts)
+    return counts

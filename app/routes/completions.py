@@ -1,8 +1,7 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.request_log import annotate
-from app.routes.begin import begin
+from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response, sse_response
 from app.routes.request_ids import now
@@ -20,10 +19,10 @@ async def create_completion(data: SkipValidation[CompletionRequest], request: Re
 
     async def answer() -> Response:
         job = await plan_completion(pipeline, begun.body, begun.response_id, now())
-        annotate(request.scope, tokens=job.counts)
+        counts = counted(request, job)
         if begun.body.stream:
-            return await sse_response(stream_completion(engine, aggregator, job), begun.base_id,
+            return await sse_response(stream_completion(engine, aggregator, job, counts), begun.base_id,
                                       begun.response_id)
-        return json_response(await complete(engine, aggregator, job), begun.base_id)
+        return json_response(await complete(engine, aggregator, job, counts), begun.base_id)
 
     return await unless_disconnected(request.receive, answer())

@@ -1,8 +1,7 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
-from app.request_log import annotate
-from app.routes.begin import begin
+from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import event_stream_response, json_response
 from app.routes.request_ids import now
@@ -20,10 +19,10 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
 
     async def answer() -> Response:
         job, builder = await plan_response(pipeline, begun.body, begun.response_id, now())
-        annotate(request.scope, tokens=job.counts)
+        counts = counted(request, job)
         if begun.body.stream:
-            return await event_stream_response(stream_response(pipeline.aggregator, job, builder), begun.base_id,
-                                               lambda exc: named_frame(*builder.failed(exc)))
-        return json_response(await respond(pipeline.aggregator, job, builder), begun.base_id)
+            return await event_stream_response(stream_response(pipeline.aggregator, job, builder, counts),
+                                               begun.base_id, lambda exc: named_frame(*builder.failed(exc)))
+        return json_response(await respond(pipeline.aggregator, job, builder, counts), begun.base_id)
 
     return await unless_disconnected(request.receive, answer())

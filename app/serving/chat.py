@@ -9,6 +9,7 @@ import msgspec
 
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.chat_output import ChoiceOutput, MessageParts
+from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs, wire_prompt_logprobs
 from app.serving.parsers import ParserSet
@@ -22,7 +23,7 @@ from app.serving.sampling import (
     resolve_max_tokens,
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from app.serving.structured import structured_outputs
+from app.serving.structured import is_json, structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
 from core.compat import OperationCompat
@@ -58,7 +59,8 @@ class ChatJob(Job):
         # The engine was told to constrain from the first token: the output has no reasoning to read.
         return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
                             first.prompt.token_ids, self.request.include_reasoning,
-                            no_reasoning=first.options.reasoning_ended is True)
+                            no_reasoning=first.options.reasoning_ended is True,
+                            json_content=is_json(first.params.structured_outputs))
 
     def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
         if parts is None:
@@ -170,10 +172,10 @@ def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
                                               bool(request.return_tokens_as_token_ids)))
 
 
-async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionResponse:
+async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCounts) -> ChatCompletionResponse:
     outputs = await aggregator.collect(job.choices)
     request = job.request
-    job.counts.completion_tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+    counts.completion_tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
     cached = cached_tokens(job.choices, [output.num_cached_tokens for output in outputs])
     choices, kept = (job.choices, outputs) if job.keep is None else keep_best(job.choices, outputs, job.keep)
     rendered = []
@@ -194,7 +196,7 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob) -> ChatCompletionR
             answer.token_ids = list(completion.token_ids)
         rendered.append(answer)
     response = ChatCompletionResponse(**job.envelope, choices=rendered,
-                                      usage=usage(job.choices, job.counts.completion_tokens, reasoning_tokens, cached))
+                                      usage=usage(job.choices, counts.completion_tokens, reasoning_tokens, cached))
     if request.return_token_ids:
         response.prompt_token_ids = list(job.choices[0].prompt.token_ids)
     if request.prompt_logprobs is not None:
@@ -207,7 +209,7 @@ def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None
     return "tool_calls" if called and reason == "stop" and job.tools.kind != "named" else reason
 
 
-async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[bytes]:
+async def stream_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCounts) -> AsyncIterator[bytes]:
     """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     request = job.request
@@ -248,13 +250,13 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob) -> AsyncIterator[byt
                 ready.append(frame(choice, chunk))
             if item := outbox.send(ready, finished):
                 yield item
-    job.counts.completion_tokens = sum(generated.values())
+    counts.completion_tokens = sum(generated.values())
     closing = []
     if plan.include_usage:
-        counts = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
-        reasoning = sum(c or 0 for c in counts) if counts else None
+        reasoned = [r.streamed_reasoning_tokens() for r in readers.values() if r.reasons]
+        reasoning = sum(c or 0 for c in reasoned) if reasoned else None
         prompt_cached = cached_tokens(job.choices, [cached.get(choice.index) for choice in job.choices])
-        closing.append(frames.usage_frame(usage(job.choices, job.counts.completion_tokens, reasoning, prompt_cached)))
+        closing.append(frames.usage_frame(usage(job.choices, counts.completion_tokens, reasoning, prompt_cached)))
     yield outbox.close(*closing)
 
 

@@ -10,6 +10,7 @@ state is never shared between choices.
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.serving.json_text import JsonEscaper, escaped
 from app.serving.parsers import ChoiceParser, ParserSet
 from app.serving.tools import ToolPlan
 
@@ -35,7 +36,7 @@ def _join(a: str | None, b: str | None) -> str | None:
 class ChoiceOutput:
     def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any,
                  template_kwargs: dict[str, Any] | None = None, prompt_ids: list[int] | None = None,
-                 include_reasoning: bool = True, no_reasoning: bool = False) -> None:
+                 include_reasoning: bool = True, no_reasoning: bool = False, json_content: bool = False) -> None:
         self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
@@ -45,6 +46,7 @@ class ChoiceOutput:
                                              no_reasoning=no_reasoning)
         self.include_reasoning = include_reasoning  # false: the reasoning is read, and dropped
         self.read_reasoning: str | None = None  # what the whole text had, shown or not (it is counted)
+        self.escaper = JsonEscaper() if json_content else None  # constrained JSON content, as strict JSON
         self.called = False
 
     @property
@@ -60,6 +62,8 @@ class ChoiceOutput:
             parts = MessageParts(content=text)
         if self.reader is not None:
             parts.content, parts.tool_calls = self.reader.complete(parts.content or "")
+        elif self.escaper is not None and parts.content:
+            parts.content = escaped(parts.content)
         if self.single_call:
             parts.tool_calls = parts.tool_calls[:1]
         self.read_reasoning = parts.reasoning
@@ -80,6 +84,8 @@ class ChoiceOutput:
         if self.reader is not None:
             calls = self.reader.feed(parts.content or "") if (parts.content or finished) else []
             parts.content, parts.tool_calls = None, calls
+        elif self.escaper is not None and parts.content:
+            parts.content = self.escaper.feed(parts.content)
         if not self.include_reasoning:
             parts.reasoning = None
         if self.single_call:

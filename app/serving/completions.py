@@ -5,7 +5,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
+from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
+from app.serving.json_text import JsonEscaper
 from app.serving.logprobs import CompletionLogprobsBuilder, wire_prompt_logprobs
 from app.serving.prompts import check_common, completion_prompts
 from app.serving.sampling import (
@@ -17,7 +19,7 @@ from app.serving.sampling import (
     resolve_max_tokens,
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from app.serving.structured import structured_outputs
+from app.serving.structured import is_json, structured_outputs
 from core.errors import bad_request
 from core.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from plugins.aggregation import Aggregator, cached_tokens, usage
@@ -73,7 +75,7 @@ async def plan_completion(pipeline: Pipeline, request: CompletionRequest, respon
 class _ChoiceText:
     """One choice's text and logprobs, built from engine outputs (whole or delta)."""
 
-    __slots__ = ("job", "choice", "engine", "logprobs", "started")
+    __slots__ = ("job", "choice", "engine", "logprobs", "started", "escaper")
 
     def __init__(self, job: CompletionJob, choice: Choice, engine: Engine) -> None:
         self.job, self.choice, self.engine = job, choice, engine
@@ -81,10 +83,14 @@ class _ChoiceText:
         self.logprobs = None if request.logprobs is None else \
             CompletionLogprobsBuilder(as_token_ids=bool(request.return_tokens_as_token_ids))
         self.started = False
+        # Text constrained to JSON comes out as strict JSON (app/serving/json_text.py).
+        self.escaper = JsonEscaper() if is_json(choice.params.structured_outputs) else None
 
     def render(self, output, prompt_logprobs) -> CompletionChoice:
         completion = output.outputs[0]
         text, token_ids, positions = completion.text, list(completion.token_ids), completion.logprobs
+        if self.escaper is not None:
+            text = self.escaper.feed(text)
         finish_reason = completion.finish_reason
         if self.job.echo_only:
             text, token_ids, positions, finish_reason = "", [], [], finish_reason and "length"
@@ -117,9 +123,10 @@ def _completion_tokens(job: CompletionJob, output) -> int:
     return 0 if job.echo_only else len(output.outputs[0].token_ids)
 
 
-async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> CompletionResponse:
+async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob,
+                   counts: TokenCounts) -> CompletionResponse:
     outputs = await aggregator.collect(job.choices)
-    completion_tokens = job.counts.completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
+    completion_tokens = counts.completion_tokens = sum(_completion_tokens(job, output) for output in outputs)
     cached = cached_tokens(job.choices, [output.num_cached_tokens for output in outputs])
     choices = job.choices
     if job.keep is not None:
@@ -130,7 +137,8 @@ async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob) -
                                                                             cached=cached))
 
 
-async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob) -> AsyncIterator[bytes]:
+async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob,
+                            counts: TokenCounts) -> AsyncIterator[bytes]:
     """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}
@@ -153,10 +161,10 @@ async def stream_completion(engine: Engine, aggregator: Aggregator, job: Complet
                 ready.append(frames.frame(rendered, running))
             if item := outbox.send(ready, finished):
                 yield item
-    job.counts.completion_tokens = sum(generated.values())
+    counts.completion_tokens = sum(generated.values())
     closing = b""
     if plan.include_usage:
-        counts = [cached.get(choice.index) for choice in job.choices]
-        closing = frames.usage_frame(usage(job.choices, job.counts.completion_tokens,
-                                           cached=cached_tokens(job.choices, counts)))
+        firsts = [cached.get(choice.index) for choice in job.choices]
+        closing = frames.usage_frame(usage(job.choices, counts.completion_tokens,
+                                           cached=cached_tokens(job.choices, firsts)))
     yield outbox.close(closing)

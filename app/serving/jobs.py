@@ -1,9 +1,8 @@
 """A request as planned: its choices on the engine, and what every response or chunk of it carries."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from app.serving.counts import TokenCounts
 from plugins.aggregation import prompt_tokens
 from plugins.fanout import Choice
 
@@ -16,10 +15,10 @@ class Job:
     choices: list[Choice]
     system_fingerprint: str | None = None  # set where the compat profile includes it
     keep: int | None = None  # best_of: the choices are candidates, of which this many per prompt are returned
-    counts: TokenCounts = field(default_factory=TokenCounts)
 
-    def __post_init__(self) -> None:
-        self.counts.prompt_tokens = prompt_tokens(self.choices)
+    @property
+    def prompt_tokens(self) -> int:
+        return prompt_tokens(self.choices)
 
     @property
     def envelope(self) -> dict[str, Any]:

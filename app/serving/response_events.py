@@ -75,7 +75,7 @@ class ResponseBuilder:
 
     def _closing_response(self, status: str, output_tokens: int, reasoning_tokens: int | None,
                           cached: int | None) -> Response:
-        input_tokens = self.job.counts.prompt_tokens or 0
+        input_tokens = self.job.prompt_tokens
         usage = ResponseUsage(input_tokens=input_tokens, output_tokens=output_tokens,
                               input_tokens_details=InputTokensDetails(cached_tokens=cached or 0),
                               output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens or 0),

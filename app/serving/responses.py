@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from app.serving.chat import ChatJob, plan_chat
+from app.serving.counts import TokenCounts
 from app.serving.response_events import ResponseBuilder
 from app.serving.streaming import Outbox, named_frame
 from core.errors import APIError, bad_request
@@ -133,18 +134,19 @@ def _in_responses_terms(error: APIError) -> APIError:
     return renamed
 
 
-async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder):
+async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts):
     [output] = await aggregator.collect(job.choices)
     completion = output.outputs[0]
     reader = job.output()
     parts = reader.whole(completion.text)
-    job.counts.completion_tokens = len(completion.token_ids)
+    counts.completion_tokens = len(completion.token_ids)
     return builder.final(parts, completion.finish_reason, len(completion.token_ids),
                          reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning),
                          cached_tokens(job.choices, [output.num_cached_tokens]))
 
 
-async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder) -> AsyncIterator[bytes]:
+async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder,
+                          counts: TokenCounts) -> AsyncIterator[bytes]:
     """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
     reader, outbox = job.output(), Outbox(len(job.choices))
     tokens: list[int] = []
@@ -163,7 +165,7 @@ async def stream_response(aggregator: Aggregator, job: ChatJob, builder: Respons
                 parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
                 events += builder.add(parts)
                 if completion.finish_reason is not None:
-                    job.counts.completion_tokens = len(tokens)
+                    counts.completion_tokens = len(tokens)
                     events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens(),
                                              cached)
             if item := outbox.send([named_frame(*event) for event in events], finished):

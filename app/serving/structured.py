@@ -44,6 +44,11 @@ def _constraint(params: Any, own: StructuredOutputs | None, tool_schema: dict[st
     return params(json=response_format.json_schema.schema)
 
 
+def is_json(constraint: Any) -> bool:
+    """Whether the engine constrains the output to JSON (then it is read as strict JSON text)."""
+    return constraint is not None and (constraint.json is not None or bool(constraint.json_object))
+
+
 def _one_constraint(own: StructuredOutputs) -> dict[str, Any]:
     given = {kind: getattr(own, kind) for kind in KINDS if getattr(own, kind) is not None}
     if len(given) != 1:

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.serving.json_text import JsonEscaper, escaped
 from app.serving.tool_stream import ToolArrayScanner
 from core.errors import bad_request
 from core.protocol.chat import (
@@ -88,13 +89,15 @@ def _builtins(function: Any) -> dict[str, Any]:
 
 
 class NamedToolReader:
-    """A forced tool: the whole output is the call's arguments; `content` is ""."""
+    """A forced tool: the whole output is the call's arguments (as strict JSON: app/serving/json_text.py);
+    `content` is ""."""
 
     def __init__(self, function: str) -> None:
         self.function, self.id, self.started = function, tool_call_id(), False
+        self.escaper = JsonEscaper()
 
     def complete(self, text: str) -> tuple[str | None, list[ToolCall]]:
-        return "", [ToolCall(id=self.id, function=FunctionCall(name=self.function, arguments=text))]
+        return "", [ToolCall(id=self.id, function=FunctionCall(name=self.function, arguments=escaped(text)))]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
         calls = []
@@ -103,7 +106,7 @@ class NamedToolReader:
             calls.append(DeltaToolCall(index=0, id=self.id, type="function",
                                        function=DeltaFunctionCall(name=self.function, arguments="")))
         if delta:
-            calls.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=delta)))
+            calls.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=self.escaper.feed(delta))))
         return calls
 
 
@@ -113,10 +116,11 @@ class RequiredToolReader:
     def __init__(self) -> None:
         self.scanner = ToolArrayScanner()
         self.ids: list[str] = []
+        self.escapers: list[JsonEscaper] = []  # one per call: its arguments as strict JSON
 
     def complete(self, text: str) -> tuple[str | None, list[ToolCall]]:
         try:
-            calls = json.loads(text)
+            calls = json.loads(text, strict=False)  # raw control characters in strings: escaped by the dump
             return None, [ToolCall(id=tool_call_id(), function=FunctionCall(
                 name=call["name"], arguments=json.dumps(call["parameters"], ensure_ascii=False))) for call in calls]
         except (ValueError, TypeError, KeyError):
@@ -128,16 +132,18 @@ class RequiredToolReader:
                 if name is not None:
                     named[index] = name
                 arguments[index] = arguments.get(index, "") + more
-            return None, [ToolCall(id=tool_call_id(), function=FunctionCall(name=name, arguments=arguments.get(i, "")))
-                          for i, name in sorted(named.items())]
+            return None, [ToolCall(id=tool_call_id(), function=FunctionCall(
+                name=name, arguments=escaped(arguments.get(i, "")))) for i, name in sorted(named.items())]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
         out = []
         for index, name, arguments in self.scanner.feed(delta):
             if name is not None:
                 self.ids.append(tool_call_id())
+                self.escapers.append(JsonEscaper())
                 out.append(DeltaToolCall(index=index, id=self.ids[index], type="function",
                                          function=DeltaFunctionCall(name=name, arguments="")))
             if arguments:
-                out.append(DeltaToolCall(index=index, function=DeltaFunctionCall(arguments=arguments)))
+                out.append(DeltaToolCall(index=index, function=DeltaFunctionCall(
+                    arguments=self.escapers[index].feed(arguments))))
         return out
