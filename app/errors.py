@@ -70,10 +70,11 @@ def _http_error(exc: HTTPException) -> APIError:
 
 
 def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bool:
-    while exc is not None:
-        if isinstance(exc, types):
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, types):
             return True
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 

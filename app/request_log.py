@@ -61,12 +61,13 @@ class RequestLogMiddleware(ASGIMiddleware):
         finally:
             latency = time.perf_counter() - started
             handler = scope.get("route_handler")
-            record_request(getattr(handler, "operation_id", None) or scope["path"], scope["method"], status, latency,
+            method = str(scope.get("method", ""))  # HTTP scopes only (see `scopes`)
+            record_request(getattr(handler, "operation_id", None) or scope["path"], method, status, latency,
                            None if first_chunk_at is None else first_chunk_at - started)
             tokens = state.get("tokens")
             log.info(
                 "request",
-                method=scope["method"],
+                method=method,
                 path=scope["path"],
                 status=status,
                 request_id=state.get("response_id"),

@@ -165,7 +165,8 @@ class OperationCompat:
             fields[self.reasoning_field] = reasoning
         if tool_calls:
             fields["tool_calls"] = tool_calls
-        return Delta(**{**(self.rules.delta_always or {}), **fields})
+        always: dict[str, Any] = {str(key): value for key, value in (self.rules.delta_always or {}).items()}
+        return Delta(**{**always, **fields})
 
 
 @cache

@@ -162,7 +162,7 @@ def _lora_modules(raw: str) -> tuple[LoraModule, ...]:
         except (ValueError, TypeError, KeyError):
             raise SettingsError('CHOIR_LORA_MODULES is not a JSON list of {"name": ..., "path": ...}.') from None
     else:
-        entries = [tuple(part.split("=", 1)) for part in raw.split(",") if part.strip()]
+        entries = [tuple(part.split("=", 1)) for part in raw.split(",") if part.strip()]  # type: ignore[misc]
     modules = []
     for entry in entries:
         if len(entry) != 2 or not str(entry[0]).strip() or not str(entry[1]).strip():

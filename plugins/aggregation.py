@@ -8,7 +8,7 @@ running: cancelling `engine.generate` aborts the request in vLLM.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -36,7 +36,7 @@ class Aggregator:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _generate(self, choice: Choice) -> AsyncIterator[Any]:
+    def _generate(self, choice: Choice) -> AsyncGenerator[Any, None]:
         return self.engine.generate(choice.prompt, choice.params, choice.request_id, choice.options)
 
     async def collect(self, choices: list[Choice]) -> list[Any]:
@@ -55,7 +55,7 @@ class Aggregator:
             raise failed.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def merge(self, choices: list[Choice]) -> AsyncIterator[list[tuple[Choice, Any]]]:
+    async def merge(self, choices: list[Choice]) -> AsyncGenerator[list[tuple[Choice, Any]], None]:
         """Batches of (choice, output): what the engine has produced since the last batch, so that
         one engine step's outputs for several choices can go out together."""
         if len(choices) == 1:  # the common case needs no tasks or queue
@@ -82,16 +82,16 @@ class Aggregator:
         running = len(tasks)
         try:
             while running:
-                batch = []
+                batch: list[tuple[Choice, Any]] = []
                 item = await queue.get()
                 while True:
-                    choice, output = item
-                    if choice is None:
+                    source, output = item
+                    if source is None:
                         raise output
                     if output is _DONE:
                         running -= 1
                     else:
-                        batch.append(item)
+                        batch.append((source, output))
                     if queue.empty():
                         break
                     item = queue.get_nowait()

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from litestar import Request, Router, route
 from litestar.config.app import AppConfig
+from litestar.enums import HttpMethod
 from litestar.exceptions import ImproperlyConfiguredException
-from litestar.handlers import BaseRouteHandler
+from litestar.handlers import HTTPRouteHandler
 from litestar.plugins import InitPlugin
 
 from core.compat import CompatProfile, OperationCompat
@@ -119,6 +120,7 @@ class SpecPlugin(InitPlugin):
         self.config = config or SpecConfig()
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        self._check_last(app_config)
         operations = spec_operations(load_spec(self.config.spec_dir))
         profile = self.config.profile()
         bound: list[Any] = []
@@ -133,11 +135,12 @@ class SpecPlugin(InitPlugin):
                     f"Route handler {handler!r} is not bound to a spec operation: mark it with @operation(...).")
             if operation_id not in operations:
                 raise ImproperlyConfiguredException(
-                    f"Handler {handler.__qualname__} implements operation {operation_id!r}, which "
+                    f"Handler {getattr(handler, '__qualname__', handler)!r} implements operation {operation_id!r}, "
+                    f"which "
                     f"{self.config.spec_dir / 'openapi.yaml'} does not declare.")
             seen.add(operation_id)
             op = operations[operation_id]
-            bound.append(self._route(op, handler, profile.for_operation(op.rule_names)))
+            bound.append(self._route(op, cast(Callable[..., Any], handler), profile.for_operation(op.rule_names)))
         missing = sorted(set(operations) - seen)
         if missing:
             raise ImproperlyConfiguredException(
@@ -145,11 +148,21 @@ class SpecPlugin(InitPlugin):
         app_config.route_handlers = bound
         return app_config
 
+    def _check_last(self, app_config: AppConfig) -> None:
+        """A plugin after this one could add a handler that nothing binds: Litestar's own come after it."""
+        later = app_config.plugins[app_config.plugins.index(self) + 1:]
+        others = [type(p).__name__ for p in later
+                  if isinstance(p, InitPlugin) and not type(p).__module__.startswith("litestar.")]
+        if others:
+            raise ImproperlyConfiguredException(
+                f"SpecPlugin must be the last plugin (it binds every plugin's handlers to the spec); "
+                f"it comes before {', '.join(others)}.")
+
     def _route(self, op: SpecOperation, fn: Callable[..., Any], compat: OperationCompat) -> Any:
         body_types = tuple(op.definition.get("requestBody", {}).get("content", {}))
         return route(
             op.litestar_path,
-            http_method=[op.method.upper()],
+            http_method=[HttpMethod(op.method.upper())],
             operation_id=op.operation_id,
             status_code=op.status_code,
             summary=op.definition.get("summary"),
@@ -167,6 +180,6 @@ def operation_compat(request: Request) -> OperationCompat:
 
 def _outside_schema(handler: Any) -> bool:
     if isinstance(handler, Router):
-        return all(_outside_schema(h) for route in handler.routes for h in route.route_handlers)
+        return all(_outside_schema(h) for route in handler.routes for h in getattr(route, "route_handlers", ()))
     # Routers pass it on to handlers that leave it unset (Empty); only False opts out.
-    return isinstance(handler, BaseRouteHandler) and handler.include_in_schema is not True
+    return isinstance(handler, HTTPRouteHandler) and handler.include_in_schema is not True

@@ -82,3 +82,17 @@ def test_routes_follow_the_spec(tmp_path):
     with TestClient(make_app(spec_copy(tmp_path, openapi=move))) as client:
         assert client.get("/v1/engine-version").status_code == 200
         assert client.get("/version").status_code == 404
+
+
+def test_the_spec_plugin_must_come_last():
+    from litestar import Litestar
+    from litestar.plugins import InitPlugin
+
+    from plugins.spec import SpecPlugin
+
+    class Late(InitPlugin):
+        def on_app_init(self, app_config):
+            return app_config
+
+    with pytest.raises(ImproperlyConfiguredException, match="last plugin.*Late"):
+        Litestar(plugins=[SpecPlugin(), Late()])

@@ -8,7 +8,7 @@ the last frames go out with the end of the response in one write.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import structlog
@@ -32,7 +32,7 @@ class EventStream(Response):
 
     __slots__ = ("error_frame", "first", "frames", "last")
 
-    def __init__(self, first: bytes, frames: AsyncIterator[bytes], *, last: bytes,
+    def __init__(self, first: bytes, frames: AsyncGenerator[bytes, None], *, last: bytes,
                  error_frame: Callable[[Exception], bytes], headers: dict[str, str]) -> None:
         super().__init__(content=b"", media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         self.first, self.frames, self.last, self.error_frame = first, frames, last, error_frame
@@ -52,6 +52,7 @@ class _ASGIEventStream(ASGIResponse):
 
     async def send_body(self, send: Send, receive: Receive) -> None:
         task = asyncio.current_task()
+        assert task is not None
         watch = DisconnectWatch(receive, task)
         try:
             await self._send_frames(send)

@@ -30,9 +30,9 @@ async def list_models(engine: EngineDependency, embedding_engine: EmbeddingEngin
 @operation("retrieveModel")
 async def retrieve_model(model: Path, engine: EngineDependency,
                          embedding_engine: EmbeddingEngineDependency) -> ModelCard:
-    model = str(model).lstrip("/")  # a `path` parameter (model ids may contain slashes)
+    name = str(model).lstrip("/")  # a `path` parameter (model ids may contain slashes)
     cards = _cards(engine, embedding_engine, now())
     for card in cards:
-        if card.id == model:
+        if card.id == name:
             return card
-    raise APIError(404, f"The model `{model}` does not exist. Served: {', '.join(c.id for c in cards)}.", "model")
+    raise APIError(404, f"The model `{name}` does not exist. Served: {', '.join(c.id for c in cards)}.", "model")

@@ -1,6 +1,6 @@
 """A job's result as a Litestar response: JSON, or an SSE stream of ready frames."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from litestar import Response
 
@@ -14,13 +14,13 @@ def json_response(body: object, base_id: str) -> Response:
     return Response(body, headers={HEADER: base_id})
 
 
-async def sse_response(frames: AsyncIterator[bytes], base_id: str, response_id: str) -> EventStream:
+async def sse_response(frames: AsyncGenerator[bytes, None], base_id: str, response_id: str) -> EventStream:
     """`data:` events, one error event if the stream fails after it started, then `data: [DONE]`."""
     return await event_stream_response(frames, base_id, lambda exc: data_frame(error_json(exc, response_id)),
                                        last=DONE_FRAME)
 
 
-async def event_stream_response(frames: AsyncIterator[bytes], base_id: str,
+async def event_stream_response(frames: AsyncGenerator[bytes, None], base_id: str,
                                 error_frame: Callable[[Exception], bytes], last: bytes = b"") -> EventStream:
     """Named events, as the Responses API streams them (no [DONE] unless `last` says so); a failure
     after the stream started becomes its last event, `error_frame(exc)`."""

@@ -1,6 +1,6 @@
 """POST /v1/chat/completions: messages → the chat template → choices on the engine → a response or SSE."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +39,7 @@ from core.protocol.chat import (
     Delta,
     ImagePart,
 )
+from core.protocol.common import FinishReason
 from plugins.aggregation import Aggregator, cached_tokens, usage
 from plugins.engine.protocol import ChatTemplateOptions
 from plugins.fanout import Choice, PromptRequest
@@ -118,9 +119,9 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     kwargs = template_kwargs(request, tools)
     template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                    continue_final_message=request.continue_final_message, kwargs=kwargs)
-    if request.max_completion_tokens is not None:
-        requested, param = request.max_completion_tokens, "max_completion_tokens"
-    else:
+    requested: int | None = request.max_completion_tokens
+    param = "max_completion_tokens"
+    if requested is None:
         requested, param = request.max_tokens, "max_tokens"
     if requested == 0:
         raise bad_request(f"{param} must be at least 1.", param)
@@ -204,12 +205,14 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCount
     return response
 
 
-def _finish_reason(job: ChatJob, reason: str | None, called: bool) -> str | None:
-    """"tool_calls" when the model stopped after calling tools; never for a forced (named) tool."""
+def _finish_reason(job: ChatJob, reason: Any, called: bool) -> FinishReason | None:
+    """"tool_calls" when the model stopped after calling tools; never for a forced (named) tool.
+    Otherwise vLLM's reason (stop, length, abort, repetition)."""
     return "tool_calls" if called and reason == "stop" and job.tools.kind != "named" else reason
 
 
-async def stream_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCounts) -> AsyncIterator[bytes]:
+async def stream_chat(aggregator: Aggregator, job: ChatJob,
+                      counts: TokenCounts) -> AsyncGenerator[bytes, None]:
     """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     request = job.request

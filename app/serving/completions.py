@@ -1,6 +1,6 @@
 """POST /v1/completions: prompts → choices on the engine → a response or an SSE stream."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -138,7 +138,7 @@ async def complete(engine: Engine, aggregator: Aggregator, job: CompletionJob,
 
 
 async def stream_completion(engine: Engine, aggregator: Aggregator, job: CompletionJob,
-                            counts: TokenCounts) -> AsyncIterator[bytes]:
+                            counts: TokenCounts) -> AsyncGenerator[bytes, None]:
     """SSE frames: one item per batch of engine outputs; the last (a `Final`) also has the usage."""
     plan = StreamPlan.of(job.request.stream_options)
     states = {choice.index: _ChoiceText(job, choice, engine) for choice in job.choices}

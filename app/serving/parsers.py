@@ -51,6 +51,7 @@ class ParserSet:
         return ChoiceParser(reasoning, tool, request, reasoning_ended=ended)
 
     def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:
+        assert self.reasoning is not None, "no reasoning parser is configured"
         return self.reasoning(self.tokenizer, chat_template_kwargs=dict(template_kwargs or {}))
 
 
@@ -78,8 +79,9 @@ class ChoiceParser:
     def __init__(self, reasoning: Any, tool: Any, request: Any, reasoning_ended: bool = False) -> None:
         self.reasoning_parser, self.tool_parser, self.request = reasoning, tool, request
         self.reasoning_ended = reasoning_ended  # by the prompt: all the output is content
-        self.text, self.ids = "", []
-        self.content_text, self.content_ids = "", []
+        self.text, self.content_text = "", ""
+        self.ids: list[int] = []
+        self.content_ids: list[int] = []
         self.sent = Parsed()  # what the stream has said, to reconcile at the end
         self.sent_args: dict[int, str] = {}
         self.sent_names: dict[int, str] = {}

@@ -10,7 +10,7 @@ response.completed, or response.incomplete (max_output_tokens), or response.fail
 """
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -20,6 +20,7 @@ from core.protocol.responses import (
     FunctionCallOutput,
     IncompleteDetails,
     InputTokensDetails,
+    ItemStatus,
     OutputMessage,
     OutputText,
     OutputTokensDetails,
@@ -29,6 +30,7 @@ from core.protocol.responses import (
     ResponseError,
     ResponseEvent,
     ResponsesRequest,
+    ResponseStatus,
     ResponseUsage,
 )
 
@@ -49,7 +51,7 @@ class ResponseBuilder:
         self.text: OutputMessage | None = None  # the message item being streamed, if any
         self.calls: dict[int, FunctionCallOutput] = {}  # streamed tool calls by their delta index
 
-    def response(self, status: str, **fields: Any) -> Response:
+    def response(self, status: ResponseStatus, **fields: Any) -> Response:
         request = self.request
         return Response(id=self.job.response_id, created_at=self.job.created, status=status, model=self.job.model,
                         output=list(self.output), instructions=request.instructions,
@@ -61,7 +63,7 @@ class ResponseBuilder:
 
     def final(self, parts: MessageParts, finish_reason: str | None, output_tokens: int,
               reasoning_tokens: int | None, cached: int | None = None) -> Response:
-        status = "incomplete" if finish_reason == "length" else "completed"
+        status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         if parts.reasoning:
             self.output.append(ReasoningOutput(id=_item_id("rs"), status=status,
                                                content=[ReasoningText(text=parts.reasoning)]))
@@ -73,7 +75,7 @@ class ResponseBuilder:
                                                   arguments=call.function.arguments, status="completed"))
         return self._closing_response(status, output_tokens, reasoning_tokens, cached)
 
-    def _closing_response(self, status: str, output_tokens: int, reasoning_tokens: int | None,
+    def _closing_response(self, status: ItemStatus, output_tokens: int, reasoning_tokens: int | None,
                           cached: int | None) -> Response:
         input_tokens = self.job.prompt_tokens
         usage = ResponseUsage(input_tokens=input_tokens, output_tokens=output_tokens,
@@ -100,26 +102,28 @@ class ResponseBuilder:
         if parts.reasoning:
             if self.reasoning is None:
                 events += self._open_reasoning()
-            self.reasoning.content[0].text += parts.reasoning
-            events.append(self._event("response.reasoning_text.delta", item_id=self.reasoning.id,
-                                      output_index=self._index(self.reasoning), content_index=0,
-                                      delta=parts.reasoning))
+            reasoning = self.reasoning
+            assert reasoning is not None
+            reasoning.content[0].text += parts.reasoning
+            events.append(self._event("response.reasoning_text.delta", item_id=reasoning.id,
+                                      output_index=self._index(reasoning), content_index=0, delta=parts.reasoning))
         if parts.content or parts.tool_calls:
             events += self._close_reasoning("completed")  # what follows the reasoning ends it
         if parts.content:
             if self.text is None:
                 events += self._open_text()
-            self.text.content[0].text += parts.content
-            events.append(self._event("response.output_text.delta", item_id=self.text.id,
-                                      output_index=self._index(self.text), content_index=0, delta=parts.content,
-                                      logprobs=[]))
+            text = self.text
+            assert text is not None
+            text.content[0].text += parts.content
+            events.append(self._event("response.output_text.delta", item_id=text.id, output_index=self._index(text),
+                                      content_index=0, delta=parts.content, logprobs=[]))
         for call in parts.tool_calls:
             events += self._add_call(call)
         return events
 
     def finish(self, finish_reason: str | None, output_tokens: int, reasoning_tokens: int | None,
                cached: int | None = None) -> list[Event]:
-        status = "incomplete" if finish_reason == "length" else "completed"
+        status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         events = self._close_reasoning(status) + self._close_text(status)
         for call in self.calls.values():
             events += self._close_call(call)
@@ -144,7 +148,7 @@ class ResponseBuilder:
         self.text = OutputMessage(id=_item_id("msg"), status="in_progress", content=[])
         return self._open(self.text, OutputText(text=""))
 
-    def _close_text(self, status: str) -> list[Event]:
+    def _close_text(self, status: ItemStatus) -> list[Event]:
         item, self.text = self.text, None
         return self._close(item, status, "response.output_text.done", logprobs=[]) if item else []
 
@@ -152,7 +156,7 @@ class ResponseBuilder:
         self.reasoning = ReasoningOutput(id=_item_id("rs"), status="in_progress", content=[])
         return self._open(self.reasoning, ReasoningText(text=""))
 
-    def _close_reasoning(self, status: str) -> list[Event]:
+    def _close_reasoning(self, status: ItemStatus) -> list[Event]:
         item, self.reasoning = self.reasoning, None
         return self._close(item, status, "response.reasoning_text.done") if item else []
 
@@ -161,11 +165,12 @@ class ResponseBuilder:
         self.output.append(item)
         index = self._index(item)
         added = self._event("response.output_item.added", output_index=index, item=item)
-        item.content.append(part)  # events are encoded at once: the part is still empty in this one
+        cast(list[Any], item.content).append(part)  # events are encoded at once: the part is still empty in this one
         return [added, self._event("response.content_part.added", item_id=item.id, output_index=index,
                                    content_index=0, part=part)]
 
-    def _close(self, item: OutputMessage | ReasoningOutput, status: str, done: str, **fields: Any) -> list[Event]:
+    def _close(self, item: OutputMessage | ReasoningOutput, status: ItemStatus, done: str,
+               **fields: Any) -> list[Event]:
         index, part = self._index(item), item.content[0]
         item.status = status
         return [self._event(done, item_id=item.id, output_index=index, content_index=0, text=part.text, **fields),

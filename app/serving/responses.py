@@ -5,7 +5,7 @@ planned and run as one; its single choice is then told as a `response` object wi
 or streamed as the Responses lifecycle events.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -146,7 +146,7 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
 
 
 async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder,
-                          counts: TokenCounts) -> AsyncIterator[bytes]:
+                          counts: TokenCounts) -> AsyncGenerator[bytes, None]:
     """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
     reader, outbox = job.output(), Outbox(len(job.choices))
     tokens: list[int] = []

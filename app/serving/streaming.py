@@ -6,7 +6,7 @@ events (the choices of one engine step), so that they go out in one write. The i
 the stream is a `Final`: app/routes/event_stream.py sends it with the end of the response.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,8 @@ class Outbox:
     __slots__ = ("held", "unfinished")
 
     def __init__(self, choices: int) -> None:
-        self.unfinished, self.held = choices, []
+        self.unfinished = choices
+        self.held: list[bytes] = []
 
     def send(self, frames: list[bytes], finished: int) -> bytes:
         """The item to yield now for a batch's frames (empty: nothing yet)."""
@@ -89,7 +90,7 @@ class Outbox:
         return Final(b"".join([*self.held, *closing]))
 
 
-async def first_frame(frames: AsyncIterator[bytes]) -> bytes:
+async def first_frame(frames: AsyncGenerator[bytes, None]) -> bytes:
     """Wait for a stream's first frame, so that an invalid request fails with a real HTTP status
     instead of a 200 stream that carries the error."""
     try:

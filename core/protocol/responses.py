@@ -121,6 +121,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     metadata: dict[str, str] | None = None
 
 
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
 class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=True):
     text: str
     annotations: list[Any] = []
@@ -129,7 +133,7 @@ class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=Tr
 
 class OutputMessage(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
     id: str
-    status: Literal["in_progress", "completed", "incomplete"]
+    status: ItemStatus
     role: Literal["assistant"] = "assistant"
     content: list[OutputText]
 
@@ -139,12 +143,12 @@ class FunctionCallOutput(msgspec.Struct, tag_field="type", tag="function_call", 
     call_id: str
     name: str
     arguments: str
-    status: Literal["in_progress", "completed", "incomplete"]
+    status: ItemStatus
 
 
 class ReasoningOutput(msgspec.Struct, tag_field="type", tag="reasoning", kw_only=True):
     id: str
-    status: Literal["in_progress", "completed", "incomplete"]
+    status: ItemStatus
     summary: list[SummaryText] = []
     content: list[ReasoningText]
 
@@ -181,7 +185,7 @@ class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: ResponseStatus
     model: str
     output: list[OutputItem]
     usage: ResponseUsage | None = None

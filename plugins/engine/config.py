@@ -21,13 +21,13 @@ EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
 log = structlog.get_logger("choir.engine")
 
 
-def _vllm_engine(settings: Settings) -> AbstractAsyncContextManager[Engine]:
+def _vllm_engine(settings: Settings) -> AbstractAsyncContextManager[Any]:
     from plugins.engine.vllm_engine import start_vllm_engine  # lazy: vLLM imports torch
 
     return start_vllm_engine(settings)
 
 
-def _vllm_embedding_engine(settings: Settings) -> AbstractAsyncContextManager[EmbeddingEngine]:
+def _vllm_embedding_engine(settings: Settings) -> AbstractAsyncContextManager[Any]:
     from plugins.engine.vllm_engine import start_vllm_embedding_engine
 
     return start_vllm_embedding_engine(settings)

@@ -5,7 +5,7 @@ Sampling parameters and outputs are vLLM's own types (`SamplingParams`, `Request
 so the seam adds no translation of its own.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -81,7 +81,7 @@ class Engine(Protocol):
                           options: RenderOptions = CHAT_RENDER) -> Prompt: ...
 
     def generate(self, prompt: Prompt, params: Any, request_id: str,
-                 options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]: ...
+                 options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]: ...
 
     def detokenize(self, token_ids: list[int]) -> str: ...
 

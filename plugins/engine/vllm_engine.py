@@ -4,7 +4,7 @@ import gc
 import os
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -91,7 +91,7 @@ class VllmEngine(VllmBase):
         return prompt_of(inputs[0])
 
     async def generate(self, prompt: Prompt, params: Any, request_id: str,
-                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
         extra: dict[str, Any] = {}
