@@ -10,7 +10,7 @@ here too, in one place.
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -155,18 +155,21 @@ class OperationCompat:
             setattr(message, self.reasoning_field, reasoning)
         return message
 
+    @cached_property
+    def _always(self) -> dict[str, Any]:
+        return {str(key): value for key, value in (self.rules.delta_always or {}).items()}
+
     def delta(self, fields: dict[str, Any], content: str | None = None, reasoning: str | None = None,
               tool_calls: list[Any] | None = None) -> Delta:
-        """A stream chunk's delta: `fields` and the parts that are set, and the profile's `delta_always` keys."""
-        fields = dict(fields)
+        """A stream chunk's delta: `fields` (the caller's, completed here) and the parts that are set,
+        and the profile's `delta_always` keys."""
         if content:
             fields["content"] = content
         if reasoning:
             fields[self.reasoning_field] = reasoning
         if tool_calls:
             fields["tool_calls"] = tool_calls
-        always: dict[str, Any] = {str(key): value for key, value in (self.rules.delta_always or {}).items()}
-        return Delta(**{**always, **fields})
+        return Delta(**{**self._always, **fields})
 
 
 @cache

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
-from app.serving.chat_output import ChoiceOutput, MessageParts
+from app.serving.chat_output import ChoiceOutput
 from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs, wire_prompt_logprobs
@@ -36,7 +36,6 @@ from core.protocol.chat import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatLogprobs,
-    Delta,
     ImagePart,
 )
 from core.protocol.common import FinishReason
@@ -62,11 +61,6 @@ class ChatJob(Job):
                             first.prompt.token_ids, self.request.include_reasoning,
                             no_reasoning=first.options.reasoning_ended is True,
                             json_content=is_json(first.params.structured_outputs))
-
-    def delta(self, parts: MessageParts | None = None, **fields: Any) -> Delta:
-        if parts is None:
-            return self.compat.delta(fields)
-        return self.compat.delta(fields, parts.content, parts.reasoning, parts.tool_calls)
 
     def shows_tokens(self, reader: ChoiceOutput) -> bool:
         """include_reasoning false hides a reasoning choice's tokens and logprobs too: they hold the reasoning."""
@@ -246,7 +240,8 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
                 if not parts and completion.finish_reason is None and not (logprobs or token_ids):
                     continue  # held back: e.g. the start of what may be a tool-call marker
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
-                chunk = ChatChunkChoice(index=choice.index, delta=job.delta(parts),
+                delta = job.compat.delta({}, parts.content, parts.reasoning, parts.tool_calls)
+                chunk = ChatChunkChoice(index=choice.index, delta=delta,
                                         logprobs=_logprobs(job, completion) if shown else None, finish_reason=finish)
                 if token_ids:
                     chunk.token_ids = list(completion.token_ids)
@@ -265,7 +260,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
 
 def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice) -> bytes:
     """A choice's role chunk; with return_token_ids it also carries the prompt's token ids."""
-    first = ChatChunkChoice(index=choice.index, delta=job.delta(role="assistant", content=""))
+    first = ChatChunkChoice(index=choice.index, delta=job.compat.delta({"role": "assistant", "content": ""}))
     if not job.request.return_token_ids:
         return frames.frame(first)
     return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids))

@@ -8,7 +8,7 @@ from typing import Any
 from core.errors import bad_request
 from core.protocol.common import SamplingFields
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, RenderOptions
-from plugins.engine.vllm_errors import rejections
+from plugins.engine.vllm_errors import reraise
 
 # Fields passed to SamplingParams under the same name when the request sets them.
 _OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -30,8 +30,10 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
                           structured_outputs: Any = None) -> Any:
     """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default.
     vLLM's own checks of the values (min_tokens over max_tokens, ...) are its refusals: 400s."""
-    with rejections():
+    try:
         return _sampling_params(request, max_tokens, logprobs, prompt_logprobs, defaults, structured_outputs)
+    except Exception as exc:
+        reraise(exc)
 
 
 def _sampling_params(request: SamplingFields, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None,

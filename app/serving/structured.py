@@ -7,7 +7,7 @@ from typing import Any
 from core.errors import bad_request
 from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
 from core.protocol.common import StructuredOutputs
-from plugins.engine.vllm_errors import rejections
+from plugins.engine.vllm_errors import reraise
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
@@ -20,8 +20,10 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
         return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
 
-    with rejections():  # StructuredOutputsParams' own checks
+    try:
         return _constraint(StructuredOutputsParams, own, tool_schema, response_format, formatted)
+    except Exception as exc:  # StructuredOutputsParams' own checks are vLLM's refusals
+        reraise(exc)
 
 
 def _constraint(params: Any, own: StructuredOutputs | None, tool_schema: dict[str, Any] | None,

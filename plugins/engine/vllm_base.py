@@ -4,7 +4,7 @@ the AsyncLLM they wrap, how prompts are tokenized, and the engine's liveness and
 from typing import Any
 
 from plugins.engine.protocol import COMPLETION_RENDER, Prompt, RenderOptions
-from plugins.engine.vllm_errors import rejections
+from plugins.engine.vllm_errors import reraise
 
 # vLLM renders and tokenizes in a thread pool. For a short prompt the hand-over costs more than the
 # work: py-spy (--gil) put 15 % of the front end's samples in ThreadPoolExecutor.submit at 160 req/s.
@@ -54,11 +54,13 @@ class VllmBase:
         dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
         tok_params, renderer = self._tokenize(options), self._engine.renderer
         extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
-        with rejections():
+        try:
             if sum(len(p) for p in prompts) <= SMALL_PROMPT:
                 inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
             else:
                 inputs = await renderer.render_cmpl_async(dict_prompts, tok_params, prompt_extras=extras)
+        except Exception as exc:
+            reraise(exc)
         return [prompt_of(engine_input) for engine_input in inputs]
 
     def token_strings(self, token_ids: list[int]) -> list[str]:

@@ -5,7 +5,7 @@ from typing import Any
 
 from plugins.engine.protocol import EngineDead, Prompt
 from plugins.engine.vllm_base import VllmBase
-from plugins.engine.vllm_errors import rejection, rejections
+from plugins.engine.vllm_errors import reraise
 
 
 class VllmEmbeddingEngine(VllmBase):
@@ -27,8 +27,10 @@ class VllmEmbeddingEngine(VllmBase):
         from vllm.v1.engine.exceptions import EngineDeadError
 
         # task "embed": one vector per prompt (without it vLLM may pick per-token embeddings).
-        with rejections():
+        try:
             params = self._pooling_params(task="embed", dimensions=dimensions, use_activation=normalize)
+        except Exception as exc:
+            reraise(exc)
         vector = None
         try:
             async with aclosing(self._engine.encode(prompt.engine_input, params, request_id)) as outputs:
@@ -37,9 +39,6 @@ class VllmEmbeddingEngine(VllmBase):
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
-            rejected = rejection(exc)
-            if rejected is None:
-                raise
-            raise rejected from exc
+            reraise(exc)
         assert vector is not None, "the pooling engine finished without an output"
         return vector.float().tolist()

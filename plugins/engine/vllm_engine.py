@@ -24,7 +24,7 @@ from plugins.engine.protocol import (
     UnknownAdapter,
 )
 from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
-from plugins.engine.vllm_errors import rejection, rejections
+from plugins.engine.vllm_errors import rejection, reraise
 
 log = structlog.get_logger("choir.engine")
 
@@ -79,14 +79,15 @@ class VllmEngine(VllmBase):
         tok_params = self._tokenize(options)
         extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
         try:
-            with rejections():
-                if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
-                    _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
-                else:
-                    _, inputs = await renderer.render_chat_async([messages], params, tok_params,
-                                                                 prompt_extras=extras)
-        except EngineRejected as exc:
-            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {exc.message}",
+            if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
+                _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
+            else:
+                _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
+        except Exception as exc:
+            refused = rejection(exc)
+            if refused is None:
+                raise
+            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {refused.message}",
                                  "messages") from exc
         return prompt_of(inputs[0])
 
@@ -109,10 +110,7 @@ class VllmEngine(VllmBase):
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
-            rejected = rejection(exc)
-            if rejected is None:
-                raise
-            raise rejected from exc
+            reraise(exc)
 
     # LoRA adapters
 

@@ -3,8 +3,7 @@
 stays what it is, and the HTTP side answers it with a generic 500. So a bug of Choir's own (a
 TypeError in its code) never looks like the client's fault."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import NoReturn
 
 from core.errors import EngineRejected
 
@@ -25,16 +24,13 @@ def rejection(exc: BaseException) -> EngineRejected | None:
     return None
 
 
-@contextmanager
-def rejections() -> Iterator[None]:
-    """Around a call into vLLM: its refusals as EngineRejected."""
-    try:
-        yield
-    except Exception as exc:
-        rejected = rejection(exc)
-        if rejected is None:
-            raise
-        raise rejected from exc
+def reraise(exc: Exception) -> NoReturn:
+    """In `except Exception as exc:` around a call into vLLM: its refusal as EngineRejected, anything
+    else as it was. (A handler, not a context manager: the calls that succeed pay nothing.)"""
+    rejected = rejection(exc)
+    if rejected is None:
+        raise exc
+    raise rejected from exc
 
 
 def _message(exc: BaseException) -> str:
