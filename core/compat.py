@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import structlog
@@ -20,12 +20,14 @@ import yaml
 from msgspec import UNSET, Meta
 
 from core.errors import APIError, bad_request
+from core.protocol import parse_strict
 from core.protocol.chat import AssistantMessage, Delta
 from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")
 DeltaKey = Literal["role", "content", "reasoning_content", "reasoning", "tool_calls"]
+T = TypeVar("T")
 
 
 class UnknownModel(msgspec.Struct, forbid_unknown_fields=True):
@@ -104,6 +106,11 @@ class OperationCompat:
     """The profile's rules that apply to one operation; a rule it does not list is not applied."""
 
     rules: Rules = field(default_factory=Rules)
+
+    def admit(self, body: Any, wire_type: type[T]) -> T:
+        """The request body as its wire type (strictly: `"n": "2"` is an error), once the rules admit it."""
+        self.check_body(body, wire_type)
+        return parse_strict(body, wire_type)
 
     def check_body(self, body: Any, wire_type: type) -> None:
         """Fields the profile refuses, then fields the endpoint does not know: ignored with a warning

@@ -1,29 +1,32 @@
 """POST /v1/load_lora_adapter and /v1/unload_lora_adapter: LoRA adapters at run time, as vLLM's
 server takes them (off unless CHOIR_ALLOW_RUNTIME_LORA=true; behind the API key like all of /v1)."""
 
+from typing import Any, TypeVar
+
 from litestar import MediaType, Request, Response
 from litestar.params import SkipValidation
 
 from core.errors import APIError, bad_request
-from core.protocol import parse_strict
 from core.protocol.models import LoadLoraAdapterRequest, UnloadLoraAdapterRequest
 from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, AdapterError, UnknownAdapter
-from plugins.pipeline import PipelineDependency
+from plugins.pipeline import Pipeline, PipelineDependency
 from plugins.spec import operation
 
+T = TypeVar("T")
 
-def _check_allowed(request: Request) -> None:
+
+def _admitted(request: Request, pipeline: Pipeline, data: Any, wire_type: type[T]) -> T:
+    """The body, once run-time adapters are allowed and it passes the operation's rules."""
     if not request.app.state.get(RUNTIME_LORA_STATE_KEY, False):
         raise APIError(404, "Loading LoRA adapters at run time is off: start the server with "
                             "CHOIR_ALLOW_RUNTIME_LORA=true, or list them in CHOIR_LORA_MODULES.")
+    return pipeline.compat.admit(data, wire_type)
 
 
 @operation("loadLoraAdapter")
 async def load_lora_adapter(data: SkipValidation[LoadLoraAdapterRequest], request: Request,
                             pipeline: PipelineDependency) -> Response:
-    _check_allowed(request)
-    pipeline.compat.check_body(data, LoadLoraAdapterRequest)
-    body = parse_strict(data, LoadLoraAdapterRequest)
+    body = _admitted(request, pipeline, data, LoadLoraAdapterRequest)
     embedding = pipeline.embedding
     if embedding is not None and body.lora_name in embedding.served_model_names:
         raise bad_request(f"The model name `{body.lora_name}` is taken: choose another name for the adapter.",
@@ -38,9 +41,7 @@ async def load_lora_adapter(data: SkipValidation[LoadLoraAdapterRequest], reques
 @operation("unloadLoraAdapter")
 async def unload_lora_adapter(data: SkipValidation[UnloadLoraAdapterRequest], request: Request,
                               pipeline: PipelineDependency) -> Response:
-    _check_allowed(request)
-    pipeline.compat.check_body(data, UnloadLoraAdapterRequest)
-    body = parse_strict(data, UnloadLoraAdapterRequest)
+    body = _admitted(request, pipeline, data, UnloadLoraAdapterRequest)
     try:
         await pipeline.engine.unload_adapter(body.lora_name)
     except UnknownAdapter:

@@ -10,7 +10,6 @@ from app.request_log import annotate
 from app.routes.request_ids import request_base_id
 from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
-from core.protocol import parse_strict
 from plugins.pipeline import Pipeline
 
 T = TypeVar("T")
@@ -24,8 +23,7 @@ class Begun(Generic[T]):
 
 
 def begin(request: Request, pipeline: Pipeline, raw: Any, wire_type: type[T], prefix: str) -> Begun[T]:
-    pipeline.compat.check_body(raw, wire_type)
-    body = parse_strict(raw, wire_type)
+    body = pipeline.compat.admit(raw, wire_type)
     base_id = request_base_id(request, getattr(body, "request_id", None))
     response_id = f"{prefix}{base_id}"
     annotate(request.scope, response_id=response_id)
