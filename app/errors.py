@@ -14,6 +14,7 @@ import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
+from app.request_ids import request_base_id
 from core.errors import APIError, EngineDead, EngineRejected, bad_request
 
 log = structlog.get_logger("choir.errors")
@@ -83,7 +84,11 @@ def error_json(exc: BaseException, request_id: str | None = None) -> bytes:
 
 
 def exception_handler(request: Request, exc: Exception) -> Response:
-    state = request.scope.get("state") or {}
-    error = error_for(exc, state.get("response_id"))
+    # Every request has an id to quote, also those that fail before a handler named theirs (or
+    # that have no response id at all: /tokenize, /v1/models): the request log line gets it too.
+    state = request.scope.setdefault("state", {})
+    request_id = state.get("response_id") or request_base_id(request)
+    state["response_id"] = request_id
+    error = error_for(exc, request_id)
     headers = {**(getattr(exc, "headers", None) or {}), **error.headers}
     return Response(content=error.body, status_code=error.status, media_type=MediaType.JSON, headers=headers)

@@ -6,8 +6,8 @@ from typing import Any, Generic, TypeVar
 
 from litestar import Request
 
+from app.request_ids import request_base_id
 from app.request_log import annotate
-from app.routes.request_ids import request_base_id
 from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
 from plugins.pipeline import Pipeline

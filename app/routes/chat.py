@@ -1,10 +1,10 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
+from app.request_ids import now
 from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response, sse_response
-from app.routes.request_ids import now
 from app.serving.chat import complete_chat, plan_chat, stream_chat
 from core.protocol.chat import ChatCompletionRequest
 from plugins.pipeline import PipelineDependency

@@ -3,7 +3,7 @@ names (aliases), its LoRA adapters (`parent` = the base), and the embedding mode
 
 from pathlib import Path
 
-from app.routes.request_ids import now
+from app.request_ids import now
 from core.errors import APIError
 from core.protocol.models import ModelCard, ModelList
 from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency

@@ -5,8 +5,8 @@ from collections.abc import AsyncGenerator, Callable
 from litestar import Response
 
 from app.errors import error_json
+from app.request_ids import HEADER
 from app.routes.event_stream import EventStream
-from app.routes.request_ids import HEADER
 from app.serving.streaming import DONE_FRAME, data_frame, first_frame
 
 

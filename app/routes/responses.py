@@ -1,10 +1,10 @@
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
+from app.request_ids import now
 from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import event_stream_response, json_response
-from app.routes.request_ids import now
 from app.serving.responses import plan_response, respond, stream_response
 from app.serving.streaming import named_frame
 from core.protocol.responses import ResponsesRequest

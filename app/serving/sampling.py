@@ -30,14 +30,6 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
                           structured_outputs: Any = None) -> Any:
     """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default.
     vLLM's own checks of the values (min_tokens over max_tokens, ...) are its refusals: 400s."""
-    try:
-        return _sampling_params(request, max_tokens, logprobs, prompt_logprobs, defaults, structured_outputs)
-    except Exception as exc:
-        reraise(exc)
-
-
-def _sampling_params(request: SamplingFields, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None,
-                     defaults: dict[str, Any] | None, structured_outputs: Any) -> Any:
     sampling_params, output_kind, repetition_params = _vllm()
     values: dict[str, Any] = dict(defaults or {})
     values.pop("max_tokens", None)
@@ -47,8 +39,11 @@ def _sampling_params(request: SamplingFields, max_tokens: int, logprobs: int | N
         values["logit_bias"] = _logit_bias(request.logit_bias)
     if request.repetition_detection is not None:
         detection = request.repetition_detection
-        values["repetition_detection"] = repetition_params(detection.max_pattern_size, detection.min_pattern_size,
-                                                           detection.min_count)
+        try:
+            values["repetition_detection"] = repetition_params(detection.max_pattern_size,
+                                                               detection.min_pattern_size, detection.min_count)
+        except Exception as exc:
+            reraise(exc)
     if request.thinking_token_budget is not None and request.thinking_token_budget >= 0:  # -1: unlimited
         values["thinking_token_budget"] = request.thinking_token_budget
     if request.vllm_xargs:
@@ -56,26 +51,29 @@ def _sampling_params(request: SamplingFields, max_tokens: int, logprobs: int | N
     if request.logprob_token_ids is not None and logprobs is None:
         raise bad_request("logprob_token_ids needs logprobs: the ids are the tokens whose logprobs are returned.",
                           "logprob_token_ids")
-    return sampling_params(
-        n=1,
-        max_tokens=max_tokens,
-        stop=[stop] if isinstance(stop, str) else stop,
-        stop_token_ids=request.stop_token_ids,
-        ignore_eos=request.ignore_eos,
-        min_tokens=request.min_tokens,
-        # vLLM returns the logprobs of exactly these tokens instead of the top ones
-        logprobs=None if request.logprob_token_ids else logprobs,
-        prompt_logprobs=prompt_logprobs,
-        include_stop_str_in_output=request.include_stop_str_in_output,
-        skip_special_tokens=request.skip_special_tokens,
-        spaces_between_special_tokens=request.spaces_between_special_tokens,
-        output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
-        structured_outputs=structured_outputs,
-        # Built for this request alone (fan-out copies it per child), so the engine need not
-        # deep-copy it again, as vLLM's own server says of its params.
-        skip_clone=True,
-        **values,
-    )
+    try:
+        return sampling_params(
+            n=1,
+            max_tokens=max_tokens,
+            stop=[stop] if isinstance(stop, str) else stop,
+            stop_token_ids=request.stop_token_ids,
+            ignore_eos=request.ignore_eos,
+            min_tokens=request.min_tokens,
+            # vLLM returns the logprobs of exactly these tokens instead of the top ones
+            logprobs=None if request.logprob_token_ids else logprobs,
+            prompt_logprobs=prompt_logprobs,
+            include_stop_str_in_output=request.include_stop_str_in_output,
+            skip_special_tokens=request.skip_special_tokens,
+            spaces_between_special_tokens=request.spaces_between_special_tokens,
+            output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
+            structured_outputs=structured_outputs,
+            # Built for this request alone (fan-out copies it per child), so the engine need not
+            # deep-copy it again, as vLLM's own server says of its params.
+            skip_clone=True,
+            **values,
+        )
+    except Exception as exc:
+        reraise(exc)
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[int, float]:

@@ -20,14 +20,16 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
         return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
 
+    constraint = _constraint(own, tool_schema, response_format, formatted)
     try:
-        return _constraint(StructuredOutputsParams, own, tool_schema, response_format, formatted)
-    except Exception as exc:  # StructuredOutputsParams' own checks are vLLM's refusals
+        return StructuredOutputsParams(**constraint)
+    except Exception as exc:  # its own checks are vLLM's refusals
         reraise(exc)
 
 
-def _constraint(params: Any, own: StructuredOutputs | None, tool_schema: dict[str, Any] | None,
-                response_format: Any, formatted: bool) -> Any:
+def _constraint(own: StructuredOutputs | None, tool_schema: dict[str, Any] | None, response_format: Any,
+                formatted: bool) -> dict[str, Any]:
+    """StructuredOutputsParams' arguments: the one constraint the request asks for."""
     if own is not None:
         if tool_schema is not None:
             raise bad_request("structured_outputs cannot be combined with tool_choice `required` or a named tool: "
@@ -35,15 +37,15 @@ def _constraint(params: Any, own: StructuredOutputs | None, tool_schema: dict[st
         if formatted:
             raise bad_request("structured_outputs and response_format both constrain the output: send one of them.",
                               "structured_outputs")
-        return params(**_one_constraint(own))
+        return _one_constraint(own)
     if tool_schema is not None:
-        return params(json=tool_schema)
+        return {"json": tool_schema}
     if isinstance(response_format, JsonObjectFormat):
-        return params(json_object=True)
+        return {"json_object": True}
     if response_format.json_schema.schema is None:
         raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
                           "output must follow.", "response_format.json_schema.schema")
-    return params(json=response_format.json_schema.schema)
+    return {"json": response_format.json_schema.schema}
 
 
 def is_json(constraint: Any) -> bool:
