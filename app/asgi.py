@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
     if embedding_factory is not None:
         engine.embedding_factory = embedding_factory
     try:
-        spec.profile()  # an unknown CHOIR_COMPAT stops start-up here, with the known profiles
+        _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:
         raise SystemExit(f"choir: {exc}") from None
     return Litestar(

@@ -26,7 +26,8 @@ from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")
-DeltaKey = Literal["role", "content", "reasoning_content", "reasoning", "tool_calls"]
+# The delta keys a profile may make always present: those whose wire type is a string or null.
+DeltaKey = Literal["content", "reasoning_content", "reasoning"]
 T = TypeVar("T")
 
 
@@ -35,6 +36,13 @@ class UnknownModel(msgspec.Struct, forbid_unknown_fields=True):
 
     status: Annotated[int, Meta(ge=400, le=499)]
     message: str
+
+    def __post_init__(self) -> None:
+        try:
+            self.message.format(model="", served="")
+        except (KeyError, IndexError, ValueError) as exc:  # msgspec reports it at this rule's key
+            raise ValueError(f"message may use only the placeholders {{model}} and {{served}} (found {exc})") \
+                from None
 
 
 class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -62,6 +70,7 @@ class ProfileFile(msgspec.Struct, forbid_unknown_fields=True):
 class CompatProfile:
     name: str
     rules: Rules
+    source: Path | None = None  # its file
 
     @classmethod
     def load(cls, profiles_dir: Path, name: str) -> "CompatProfile":
@@ -80,12 +89,18 @@ class CompatProfile:
             current = document.extends
         merged = {rule: next((getattr(rules, rule) for rules in chain if getattr(rules, rule) is not None), None)
                   for rule in RULE_NAMES}  # the more specific profile wins, rule by rule
-        return cls(name, Rules(**merged))
+        return cls(name, Rules(**merged), profiles_dir / f"{name}.yaml")
 
-    def for_operation(self, rule_names: list[str]) -> "OperationCompat":
-        undefined = sorted(name for name in rule_names if name not in RULE_NAMES or getattr(self.rules, name) is None)
+    def for_operation(self, rule_names: list[str], where: str = "an operation") -> "OperationCompat":
+        """The rules `where` lists (under `x-choir-rules`); each must be one this profile defines."""
+        unknown = sorted(name for name in rule_names if name not in RULE_NAMES)
+        if unknown:
+            raise SettingsError(f"{where}: x-choir-rules names no known rule: {', '.join(unknown)} "
+                                f"(the rules: {', '.join(sorted(RULE_NAMES))}).")
+        undefined = sorted(name for name in rule_names if getattr(self.rules, name) is None)
         if undefined:
-            raise SettingsError(f"Profile {self.name!r} defines no rule {', '.join(undefined)}.")
+            raise SettingsError(f"{where}: x-choir-rules lists {', '.join(undefined)}, which profile {self.name!r} "
+                                f"({self.source or 'its file'}, with what it extends) does not set.")
         return OperationCompat(Rules(**{name: getattr(self.rules, name) for name in rule_names}))
 
 
@@ -168,15 +183,15 @@ class OperationCompat:
 
     def delta(self, fields: dict[str, Any], content: str | None = None, reasoning: str | None = None,
               tool_calls: list[Any] | None = None) -> Delta:
-        """A stream chunk's delta: `fields` (the caller's, completed here) and the parts that are set,
-        and the profile's `delta_always` keys."""
+        """A stream chunk's delta: `fields`, the parts that are set, and the profile's `delta_always` keys."""
+        values = {**self._always, **fields}
         if content:
-            fields["content"] = content
+            values["content"] = content
         if reasoning:
-            fields[self.reasoning_field] = reasoning
+            values[self.reasoning_field] = reasoning
         if tool_calls:
-            fields["tool_calls"] = tool_calls
-        return Delta(**{**self._always, **fields})
+            values["tool_calls"] = tool_calls
+        return Delta(**values)
 
 
 @cache

@@ -10,7 +10,7 @@ start-up with a message naming it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, cast
 
@@ -107,8 +107,14 @@ class SpecConfig:
     spec_dir: Path = SPEC_DIR
     compat: str = "sglang"  # the profile in spec_dir/profiles/ whose rules the operations apply
 
-    def profile(self) -> CompatProfile:
-        return CompatProfile.load(self.spec_dir / "profiles", self.compat)
+    @cached_property
+    def operation_rules(self) -> dict[str, OperationCompat]:
+        """Each operation's compat rules, from the profile, decoded once. A bad profile, or an operation
+        listing a rule the profile does not set, raises SettingsError (one line, naming the files)."""
+        profile = CompatProfile.load(self.spec_dir / "profiles", self.compat)
+        spec_file = self.spec_dir / "openapi.yaml"
+        return {operation_id: profile.for_operation(op.rule_names, f"{spec_file}: operation {operation_id}")
+                for operation_id, op in spec_operations(load_spec(self.spec_dir)).items()}
 
 
 class SpecPlugin(InitPlugin):
@@ -122,7 +128,7 @@ class SpecPlugin(InitPlugin):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         self._check_last(app_config)
         operations = spec_operations(load_spec(self.config.spec_dir))
-        profile = self.config.profile()
+        rules = self.config.operation_rules
         bound: list[Any] = []
         seen: set[str] = set()
         for handler in app_config.route_handlers:
@@ -140,7 +146,7 @@ class SpecPlugin(InitPlugin):
                     f"{self.config.spec_dir / 'openapi.yaml'} does not declare.")
             seen.add(operation_id)
             op = operations[operation_id]
-            bound.append(self._route(op, cast(Callable[..., Any], handler), profile.for_operation(op.rule_names)))
+            bound.append(self._route(op, cast(Callable[..., Any], handler), rules[operation_id]))
         missing = sorted(set(operations) - seen)
         if missing:
             raise ImproperlyConfiguredException(

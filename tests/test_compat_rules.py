@@ -1,6 +1,8 @@
 """The compat rules below HTTP: profiles decode into typed rules (a typo stops start-up, naming the file
 and key), `extends` merges rule by rule, and each kind of rule does what it says."""
 
+import re
+
 import pytest
 
 from core.compat import CompatProfile, OperationCompat, Rules, UnknownModel
@@ -20,6 +22,9 @@ def profiles_with(tmp_path, text: str, name: str = "typo"):
 @pytest.mark.parametrize("text, key", [
     ("rules:\n  greedy_n: rejct\n", "rules.greedy_n"),
     ("rules:\n  delta_always: {bogus: null}\n", "rules.delta_always"),
+    ("rules:\n  delta_always: {tool_calls: oops}\n", "rules.delta_always"),  # a list on the wire: never always
+    ("rules:\n  delta_always: {content: [1]}\n", "rules.delta_always"),
+    ("rules:\n  unknown_model: {status: 404, message: 'no {modle}'}\n", "rules.unknown_model"),
     ("rules:\n  system_fingerprint: sometimes\n", "rules.system_fingerprint"),
     ("rules:\n  unknown_model: {status: 200, message: x}\n", "rules.unknown_model.status"),
     ("rules:\n  unknown_model: {message: x}\n", "rules.unknown_model"),
@@ -46,6 +51,27 @@ def test_an_app_with_a_bad_profile_does_not_start(tmp_path):
         create_app(Settings(), spec=SpecConfig(profiles.parent, "typo"))
     [line] = str(raised.value).splitlines()
     assert line.startswith("choir: ") and "typo.yaml" in line and "rules.greedy_n" in line
+
+
+@pytest.mark.parametrize("rules, says", [("[greedy_n, greedy_nn]", "greedy_nn"),
+                                          ("[greedy_n, removed_fields]", "removed_fields")])
+def test_an_operation_listing_a_rule_the_profile_lacks_does_not_start(tmp_path, rules, says):
+    """A typo in `x-choir-rules`, or a rule the profile (with what it extends) does not set: one line
+    naming the spec file, the operation and the rule."""
+    from app.asgi import create_app
+    from core.settings import Settings
+    from plugins.spec import SpecConfig
+
+    profiles = profiles_with(tmp_path, "rules:\n  greedy_n: allow\n", "bare")
+    spec = profiles.parent / "openapi.yaml"
+    text, count = re.subn(r"operationId: createCompletion\n      x-choir-rules:\n(      - \w+\n)+",
+                          f"operationId: createCompletion\n      x-choir-rules: {rules}\n", spec.read_text())
+    assert count == 1
+    spec.write_text(text)
+    with pytest.raises(SystemExit) as raised:
+        create_app(Settings(), spec=SpecConfig(profiles.parent, "bare"))
+    [line] = str(raised.value).splitlines()
+    assert "openapi.yaml" in line and "createCompletion" in line and says in line
 
 
 def test_extends_merges_rule_by_rule(tmp_path):
