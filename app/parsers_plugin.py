@@ -10,10 +10,12 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.config.app import AppConfig
+from litestar.exceptions import ImproperlyConfiguredException
 from litestar.plugins import InitPlugin
 
 from app.serving.parsers import ParserSet, parser_classes
 from core.settings import SettingsError
+from plugins.engine.plugin import EnginePlugin
 from plugins.pipeline import PARSERS_STATE_KEY
 
 
@@ -24,6 +26,10 @@ class ParsersPlugin(InitPlugin):
         self.reasoning, self.tool, self.engine_state_key = reasoning, tool, engine_state_key
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        later = app_config.plugins[app_config.plugins.index(self) + 1:]
+        if not any(isinstance(plugin, EnginePlugin) for plugin in later):
+            raise ImproperlyConfiguredException("ParsersPlugin must come before EnginePlugin: its name check runs "
+                                                "before the engine starts, and it builds the parsers after.")
         if self.reasoning or self.tool:
             app_config.lifespan.append(self._names_known)  # entered before the engine plugin's
             app_config.on_startup.append(self._build)  # run once every lifespan is entered

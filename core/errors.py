@@ -54,7 +54,7 @@ class EngineRejected(Exception):
         self.message, self.param, self.status = message, param, status
 
 
-class AdapterError(ValueError):
+class AdapterError(Exception):
     """A LoRA adapter cannot be loaded (its message says why): its name is taken, or its path holds no
     adapter this engine can load (`about`)."""
 

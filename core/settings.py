@@ -28,7 +28,7 @@ OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODE
 EMBEDDING_OWN_FLAGS = {"--model": "CHOIR_EMBEDDING_MODEL", "--served-model-name": "CHOIR_EMBEDDING_MODEL_NAME"}
 
 
-class SettingsError(ValueError):
+class SettingsError(Exception):
     """A setting has a value Choir cannot start with."""
 
 

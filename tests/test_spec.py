@@ -96,3 +96,14 @@ def test_the_spec_plugin_must_come_last():
 
     with pytest.raises(ImproperlyConfiguredException, match="last plugin.*Late"):
         Litestar(plugins=[SpecPlugin(), Late()])
+
+
+def test_the_parsers_plugin_must_come_before_the_engine_plugin():
+    from litestar import Litestar
+
+    from app.parsers_plugin import ParsersPlugin
+    from plugins.engine.config import EngineConfig
+    from plugins.engine.plugin import EnginePlugin
+
+    with pytest.raises(ImproperlyConfiguredException, match="before EnginePlugin"):
+        Litestar(plugins=[EnginePlugin(EngineConfig()), ParsersPlugin("qwen3", None)])

@@ -6,7 +6,7 @@ from pathlib import Path
 from app.request_ids import now
 from core.errors import APIError
 from core.protocol.models import ModelCard, ModelList
-from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
+from plugins.engine.config import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 
 

@@ -13,11 +13,16 @@ from typing import Any
 import structlog
 from litestar import Litestar
 from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.params import SkipValidation
 
 from core.settings import Settings, SettingsError
 from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, EmbeddingEngine, Engine
 
 EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
+# How handlers ask for the engines: injected by name, and not validated (a Protocol cannot be).
+EngineDependency = NamedDependency[SkipValidation[Engine]]
+EmbeddingEngineDependency = NamedDependency[SkipValidation[EmbeddingEngine | None]]  # None: no embedding model
 log = structlog.get_logger("choir.engine")
 
 

@@ -4,7 +4,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
 from core.errors import APIError
-from plugins.engine.protocol import EmbeddingEngineDependency, EngineDependency
+from plugins.engine.config import EmbeddingEngineDependency, EngineDependency
 from plugins.spec import operation
 
 

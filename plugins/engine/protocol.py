@@ -9,8 +9,6 @@ from collections.abc import AsyncGenerator
 from typing import Any, Literal, Protocol
 
 import msgspec
-from litestar.di import NamedDependency
-from litestar.params import SkipValidation
 
 from core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
 
@@ -124,8 +122,3 @@ class EmbeddingEngine(Protocol):
     async def abort_all(self) -> int: ...
 
     def num_unfinished_requests(self) -> int: ...
-
-
-# How handlers ask for the engines: injected by name, and not validated (a Protocol cannot be).
-EngineDependency = NamedDependency[SkipValidation[Engine]]
-EmbeddingEngineDependency = NamedDependency[SkipValidation[EmbeddingEngine | None]]  # None: no embedding model
