@@ -40,6 +40,12 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
 
 
+def stopped_by_server() -> APIError:
+    """A request the engine aborted on its own: the server is draining for shutdown (Choir aborts only
+    what it cancels, and then never reads on). Said as an error, never as a normal finish."""
+    return APIError(503, "The server stopped this request: it is shutting down. Retry on another instance.")
+
+
 class EngineDead(Exception):
     """The engine can no longer serve requests."""
 

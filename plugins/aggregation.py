@@ -14,7 +14,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from core.errors import APIError
+from core.errors import stopped_by_server
 from core.protocol.common import CompletionTokensDetails, PromptTokensDetails, Usage
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice
@@ -23,10 +23,8 @@ _DONE = object()
 
 
 def _check_not_aborted(output: Any) -> Any:
-    """An output the engine aborted on its own (Choir aborts what it cancels, and never reads on):
-    the server is draining for shutdown. Said as an error, not as a normal finish."""
     if output is not None and output.finished and any(o.finish_reason == "abort" for o in output.outputs):
-        raise APIError(503, "The server stopped this request: it is shutting down. Retry on another instance.")
+        raise stopped_by_server()
     return output
 
 

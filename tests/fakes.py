@@ -138,10 +138,11 @@ class FakeEngine:
         finally:
             self.running.discard(request_id)
 
-    async def load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
+                           is_3d_lora_weight: bool = False) -> None:
         from plugins.engine.protocol import AdapterError
 
-        if name in self.served_model_names or name in self.adapters:
+        if name in self.served_model_names or (name in self.adapters and not load_inplace):
             raise AdapterError(f"The model name `{name}` is taken.", "name")
         if not path.startswith("/adapters/"):
             raise AdapterError(f"No adapter found at {path}.")

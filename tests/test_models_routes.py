@@ -63,6 +63,11 @@ def test_runtime_adapters_load_serve_and_unload(models):
     assert "fresh" in [card["id"] for card in client.get("/v1/models").json()["data"]]
     assert client.post(CHAT, json={"messages": MESSAGES, "model": "fresh"}).status_code == 200
     assert generation.calls[-1].options.adapter == "fresh"
+    again = client.post("/v1/load_lora_adapter", json={"lora_name": "fresh", "lora_path": "/adapters/v2"})
+    assert again.status_code == 400 and again.json()["error"]["param"] == "lora_name"
+    replaced = client.post("/v1/load_lora_adapter", json={"lora_name": "fresh", "lora_path": "/adapters/v2",
+                                                         "load_inplace": True})
+    assert replaced.status_code == 200 and generation.adapters["fresh"] == "/adapters/v2"
     assert client.post("/v1/unload_lora_adapter", json={"lora_name": "fresh"}).status_code == 200
     gone = client.post(CHAT, json={"messages": MESSAGES, "model": "fresh"})
     assert gone.status_code == 400 and gone.json()["error"]["param"] == "model"

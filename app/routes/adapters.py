@@ -32,7 +32,7 @@ async def load_lora_adapter(data: SkipValidation[LoadLoraAdapterRequest], reques
         raise bad_request(f"The model name `{body.lora_name}` is taken: choose another name for the adapter.",
                           "lora_name")
     try:
-        await pipeline.engine.load_adapter(body.lora_name, body.lora_path)
+        await pipeline.engine.load_adapter(body.lora_name, body.lora_path, body.load_inplace, body.is_3d_lora_weight)
     except AdapterError as exc:
         raise bad_request(str(exc), f"lora_{exc.about}") from None
     return Response(f"Success: LoRA adapter '{body.lora_name}' added successfully.", media_type=MediaType.TEXT)

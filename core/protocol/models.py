@@ -25,6 +25,8 @@ class LoadLoraAdapterRequest(msgspec.Struct, kw_only=True):
 
     lora_name: Annotated[str, msgspec.Meta(min_length=1)]
     lora_path: Annotated[str, msgspec.Meta(min_length=1)]
+    load_inplace: bool = False  # replace the adapter loaded under this name (its id stays)
+    is_3d_lora_weight: bool = False  # vLLM's: the adapter's MoE weights are stored as 3D tensors
 
 
 class UnloadLoraAdapterRequest(msgspec.Struct, kw_only=True):

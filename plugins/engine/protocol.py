@@ -90,7 +90,8 @@ class Engine(Protocol):
         """The loaded LoRA adapters: model name → path. Each is a model name of its own."""
         ...
 
-    async def load_adapter(self, name: str, path: str) -> None: ...  # AdapterError
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
+                           is_3d_lora_weight: bool = False) -> None: ...  # AdapterError
 
     async def unload_adapter(self, name: str) -> None: ...  # UnknownAdapter
 

@@ -3,6 +3,7 @@
 from contextlib import aclosing
 from typing import Any
 
+from core.errors import APIError, stopped_by_server
 from plugins.engine.protocol import EngineDead, Prompt
 from plugins.engine.vllm_base import VllmBase
 from plugins.engine.vllm_errors import reraise
@@ -31,14 +32,18 @@ class VllmEmbeddingEngine(VllmBase):
             params = self._pooling_params(task="embed", dimensions=dimensions, use_activation=normalize)
         except Exception as exc:
             reraise(exc)
-        vector = None
+        output = None
         try:
             async with aclosing(self._engine.encode(prompt.engine_input, params, request_id)) as outputs:
-                async for output in outputs:
-                    vector = output.outputs.data
+                async for output in outputs:  # noqa: B007 (the last one is the answer)
+                    pass
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
             reraise(exc)
-        assert vector is not None, "the pooling engine finished without an output"
-        return vector.float().tolist()
+        if output is not None and output.error is not None:  # vLLM's request-level failure
+            raise APIError(503 if output.error.retryable else 500, f"The engine could not embed this input: "
+                           f"{output.error.message}")
+        if output is None or output.outputs.data.numel() == 0:  # an abort's final output is empty
+            raise stopped_by_server()
+        return output.outputs.data.float().tolist()

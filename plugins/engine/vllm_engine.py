@@ -1,5 +1,6 @@
 """`Engine` over vLLM's `AsyncLLM`. Imported only inside the lifespan: vLLM pulls in torch (seconds)."""
 
+import asyncio
 import gc
 import os
 import re
@@ -70,6 +71,7 @@ class VllmEngine(VllmBase):
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         self._loras: dict[str, Any] = {}  # adapter name → vLLM's LoRARequest
         self._next_lora_id = 1
+        self._adapters_lock = asyncio.Lock()
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
@@ -101,7 +103,10 @@ class VllmEngine(VllmBase):
                      "reasoning_ended": options.reasoning_ended,
                      "reasoning_parser_kwargs": options.reasoning_parser_kwargs}
             if options.adapter is not None:
-                extra["lora_request"] = self._adapter(options.adapter)
+                extra["lora_request"] = self._loras.get(options.adapter)
+                if extra["lora_request"] is None:
+                    raise EngineRejected(f"The model `{options.adapter}` was unloaded while this request waited for "
+                                         "the engine: GET /v1/models lists those served.", "model", status=404)
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
             async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
@@ -112,35 +117,54 @@ class VllmEngine(VllmBase):
         except Exception as exc:
             reraise(exc)
 
-    # LoRA adapters
+    # LoRA adapters. Loads and unloads take turns (`_adapters_lock`): two at once would race for a name
+    # and for an adapter id.
 
     @property
     def adapters(self) -> dict[str, str]:
         return {name: request.lora_path for name, request in self._loras.items()}
 
-    def _adapter(self, name: str) -> Any:
-        try:
-            return self._loras[name]
-        except KeyError:
-            raise UnknownAdapter(name) from None  # unloaded since the request was planned
-
-    async def load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
+                           is_3d_lora_weight: bool = False) -> None:
         """Loaded into the engine now, so a bad adapter fails here (sent to generate as is, it would
-        kill vLLM's engine core)."""
-        if name in self.served_model_names or name in self._loras:
-            raise AdapterError(f"The model name `{name}` is taken: choose another name for the adapter.", "name")
-        request = self._lora_request(lora_name=name, lora_int_id=self._next_lora_id, lora_path=path)
-        try:
-            await self._engine.add_lora(request)
-        except Exception as exc:  # vLLM's worker says why, inside its own wording
-            raise AdapterError(f"The adapter `{name}` cannot be loaded from {path}: {_worker_reason(exc)}") from None
-        self._loras[name] = request
-        self._next_lora_id += 1
+        kill vLLM's engine core). `load_inplace` replaces a loaded adapter of that name, under its id;
+        if the new one fails to load, the old one stays (vLLM's worker loads before it evicts)."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        async with self._adapters_lock:
+            loaded = self._loras.get(name)
+            if name in self.served_model_names or (loaded is not None and not load_inplace):
+                hint = " (or send load_inplace: true to replace it)" if loaded is not None else ""
+                raise AdapterError(f"The model name `{name}` is taken: choose another name for the adapter{hint}.",
+                                   "name")
+            if not self.is_alive:
+                raise EngineDead("the engine is dead")
+            lora_id = self._next_lora_id if loaded is None else loaded.lora_int_id
+            request = self._lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path,
+                                         load_inplace=load_inplace, is_3d_lora_weight=is_3d_lora_weight)
+            try:
+                await self._engine.add_lora(request)
+            except EngineDeadError as exc:
+                raise EngineDead(str(exc)) from exc
+            except Exception as exc:  # vLLM's worker says why, inside its own wording
+                raise AdapterError(f"The adapter `{name}` cannot be loaded from {path}: {_worker_reason(exc)}") \
+                    from None
+            self._loras[name] = request
+            if loaded is None:
+                self._next_lora_id += 1
 
     async def unload_adapter(self, name: str) -> None:
-        request = self._adapter(name)
-        del self._loras[name]
-        await self._engine.remove_lora(request.lora_int_id)
+        """Out of the model names first, so no request starts with it while the engine frees it."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        async with self._adapters_lock:
+            request = self._loras.pop(name, None)
+            if request is None:
+                raise UnknownAdapter(name)
+            try:
+                await self._engine.remove_lora(request.lora_int_id)
+            except EngineDeadError as exc:
+                raise EngineDead(str(exc)) from exc
 
 
 def _worker_reason(exc: Exception) -> str:

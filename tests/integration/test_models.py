@@ -80,9 +80,19 @@ def test_fan_out_children_carry_the_adapter(mclient):
 def test_adapters_load_and_unload_at_run_time(models_server, mclient):
     base = models_server.base_url
     tuned, _ = greedy(mclient, "tiny-lora")
-    loaded = httpx.post(f"{base}/v1/load_lora_adapter", json={"lora_name": "again", "lora_path": str(BUNDLED_LORA_DIR)})
-    assert loaded.status_code == 200
-    assert greedy(mclient, "again")[0] == tuned  # the same weights
+    async def load_two_at_once():  # each gets an adapter id of its own
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            return await asyncio.gather(*(client.post("/v1/load_lora_adapter", json={
+                "lora_name": name, "lora_path": str(BUNDLED_LORA_DIR)}) for name in ("again", "twice")))
+
+    assert [response.status_code for response in asyncio.run(load_two_at_once())] == [200, 200]
+    assert greedy(mclient, "again")[0] == greedy(mclient, "twice")[0] == tuned  # the same weights
+    again = {"lora_name": "again", "lora_path": str(BUNDLED_LORA_DIR)}
+    taken = httpx.post(f"{base}/v1/load_lora_adapter", json=again)
+    assert taken.status_code == 400 and "load_inplace" in taken.json()["error"]["message"]
+    replaced = httpx.post(f"{base}/v1/load_lora_adapter", json={**again, "load_inplace": True})
+    assert replaced.status_code == 200 and greedy(mclient, "again")[0] == tuned
+    assert httpx.post(f"{base}/v1/unload_lora_adapter", json={"lora_name": "twice"}).status_code == 200
     bad = httpx.post(f"{base}/v1/load_lora_adapter", json={"lora_name": "bad", "lora_path": "/nonexistent"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "lora_path"
     assert httpx.get(f"{base}/health").status_code == 200  # a bad adapter harms nothing
