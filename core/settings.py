@@ -38,6 +38,7 @@ class LoraModule:
 
     name: str
     path: str
+    base_model_name: str | None = None  # the served name /v1/models gives as its `parent` (else the first)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Settings:
         log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()
         if log_level not in LOG_LEVELS:
             raise SettingsError(f"CHOIR_LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}.")
-        return cls(
+        settings = cls(
             model=str(Path(model).expanduser()) if Path(model).expanduser().is_dir() else model,
             served_model_name=served_model_name,
             engine_args=engine_args,
@@ -149,28 +150,69 @@ class Settings:
             embedding_engine_args=_engine_flags(env, "CHOIR_EMBEDDING_ENGINE_ARGS", EMBEDDING_OWN_FLAGS),
             environ=env,
         )
+        settings.check_model_names()
+        return settings
+
+    def check_model_names(self) -> None:
+        """Every model name means one model: a name served twice would hide one of them."""
+        names = {"CHOIR_SERVED_MODEL_NAME": self.served_model_names}
+        if not names["CHOIR_SERVED_MODEL_NAME"]:
+            raise SettingsError(f"CHOIR_SERVED_MODEL_NAME={self.served_model_name!r} names no model.")
+        if self.embedding_model is None:
+            if self.embedding_model_name or self.embedding_engine_args:
+                raise SettingsError("CHOIR_EMBEDDING_MODEL_NAME and CHOIR_EMBEDDING_ENGINE_ARGS need "
+                                    "CHOIR_EMBEDDING_MODEL: the embedding model they are about.")
+        elif not self.embedding_model_names:
+            raise SettingsError(f"CHOIR_EMBEDDING_MODEL_NAME={self.embedding_model_name!r} names no model.")
+        else:
+            names["CHOIR_EMBEDDING_MODEL_NAME"] = self.embedding_model_names
+        names["CHOIR_LORA_MODULES"] = tuple(module.name for module in self.lora_modules)
+        seen: dict[str, str] = {}
+        for setting, served in names.items():
+            for name in served:
+                if name in seen:
+                    where = "twice" if seen[name] == setting else f"in {seen[name]} too"
+                    raise SettingsError(f"{setting} names `{name}` {where}: a model name must mean one model. "
+                                        f"Choose another name (CHOIR_EMBEDDING_MODEL_NAME names the embedding model).")
+                seen[name] = setting
+        for module in self.lora_modules:
+            if module.base_model_name is not None and module.base_model_name not in self.served_model_names:
+                raise SettingsError(f"CHOIR_LORA_MODULES: the base_model_name of `{module.name}` is "
+                                    f"`{module.base_model_name}`, which is not a served name "
+                                    f"({', '.join(self.served_model_names)}).")
 
 
 def _lora_modules(raw: str) -> tuple[LoraModule, ...]:
-    """vLLM's --lora-modules forms: `name=path,...`, or a JSON list of {"name", "path"} objects."""
+    """vLLM's --lora-modules forms: `name=path,...`; a JSON object {"name", "path", "base_model_name"};
+    or a JSON list of them."""
     raw = raw.strip()
     if not raw:
         return ()
-    if raw.startswith("["):
+    if raw.startswith(("[", "{")):
         try:
-            entries = [(item["name"], item["path"]) for item in json.loads(raw)]
-        except (ValueError, TypeError, KeyError):
-            raise SettingsError('CHOIR_LORA_MODULES is not a JSON list of {"name": ..., "path": ...}.') from None
+            items = json.loads(raw)
+            entries = [LoraModule(**item) for item in (items if isinstance(items, list) else [items])]
+            if not all(isinstance(e.name, str) and isinstance(e.path, str) and
+                       isinstance(e.base_model_name, str | None) for e in entries):
+                raise TypeError("not strings")
+        except (ValueError, TypeError):
+            raise SettingsError('CHOIR_LORA_MODULES is not a JSON object {"name": ..., "path": ...} (with an '
+                                'optional "base_model_name"), nor a list of them.') from None
     else:
-        entries = [tuple(part.split("=", 1)) for part in raw.split(",") if part.strip()]  # type: ignore[misc]
+        pairs = [part.split("=", 1) for part in raw.split(",") if part.strip()]
+        if any(len(pair) != 2 for pair in pairs):
+            bad = next(pair for pair in pairs if len(pair) != 2)
+            raise SettingsError(f"CHOIR_LORA_MODULES entry {bad[0].strip()!r} is not name=path.")
+        entries = [LoraModule(name, path) for name, path in pairs]
     modules = []
     for entry in entries:
-        if len(entry) != 2 or not str(entry[0]).strip() or not str(entry[1]).strip():
-            raise SettingsError(f"CHOIR_LORA_MODULES entry {'='.join(map(str, entry))!r} is not name=path.")
-        name, path = str(entry[0]).strip(), str(entry[1]).strip()
+        name, path = entry.name.strip(), entry.path.strip()
+        if not name or not path:
+            raise SettingsError(f"CHOIR_LORA_MODULES entry {name or '?'}={path or '?'} is not name=path.")
         if path.startswith((".", "/", "~")) and not Path(path).expanduser().is_dir():
             raise SettingsError(f"CHOIR_LORA_MODULES: {name}={path} is not a directory.")
-        modules.append(LoraModule(name, str(Path(path).expanduser()) if path.startswith("~") else path))
+        modules.append(LoraModule(name, str(Path(path).expanduser()) if path.startswith("~") else path,
+                                  entry.base_model_name))
     if len({m.name for m in modules}) != len(modules):
         raise SettingsError("CHOIR_LORA_MODULES names an adapter twice.")
     return tuple(modules)

@@ -138,8 +138,11 @@ class FakeEngine:
         finally:
             self.running.discard(request_id)
 
-    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
-                           is_3d_lora_weight: bool = False) -> None:
+    def adapter_parent(self, name: str) -> str:
+        return self.served_model_names[0]
+
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False, is_3d_lora_weight: bool = False,
+                           base_model_name: str | None = None) -> None:
         from plugins.engine.protocol import AdapterError
 
         if name in self.served_model_names or (name in self.adapters and not load_inplace):

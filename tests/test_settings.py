@@ -1,5 +1,6 @@
 """Settings: environment and .env, defaults, and one clear line for every bad value."""
 
+import re
 import subprocess
 import sys
 
@@ -110,22 +111,45 @@ def test_several_served_names_are_aliases(tmp_path):
 
 @pytest.mark.parametrize("raw, expected", [
     ("a=models/choir-tiny, b=org/hub-adapter", [("a", "models/choir-tiny"), ("b", "org/hub-adapter")]),
-    ('[{"name": "a", "path": "org/x"}]', [("a", "org/x")]),
+    ('[{"name": "a", "path": "org/x"}]', [("a", "org/x", None)]),
+    ('{"name": "a", "path": "org/x", "base_model_name": "choir-tiny"}', [("a", "org/x", "choir-tiny")]),
 ])
 def test_lora_modules_take_vllms_forms_and_enable_lora(tmp_path, raw, expected):
     s = settings(tmp_path, CHOIR_LORA_MODULES=raw)
-    assert [(m.name, m.path) for m in s.lora_modules] == expected
+    assert [(m.name, m.path, m.base_model_name) for m in s.lora_modules] == \
+        [entry if len(entry) == 3 else (*entry, None) for entry in expected]
     assert "--enable-lora" in s.engine_argv()
     assert "--enable-lora" not in settings(tmp_path).engine_argv()
     assert "--enable-lora" in settings(tmp_path, CHOIR_ALLOW_RUNTIME_LORA="true").engine_argv()
 
 
-@pytest.mark.parametrize("raw, fragment", [("novalue", "name=path"), ("a=/no/such/dir", "not a directory"),
-                                           ("a=org/x,a=org/y", "twice"), ("[{\"name\": 1}]", "JSON")])
+@pytest.mark.parametrize("raw, fragment", [
+    ("novalue", "name=path"), ("a=/no/such/dir", "not a directory"), ("a=org/x,a=org/y", "twice"),
+    ('[{"name": 1}]', "JSON"), ('{"name": 1, "path": "org/x"}', "JSON"),
+    ('{"name": "a", "path": "x", "rank": 8}', "JSON"),
+    ('{"name": "a", "path": "org/x", "base_model_name": "other"}', "not a served name"),
+    ("choir-tiny=org/x", "CHOIR_SERVED_MODEL_NAME too")])
 def test_bad_lora_modules_are_one_clear_error(tmp_path, raw, fragment):
     with pytest.raises(SettingsError, match=fragment) as raised:
         settings(tmp_path, CHOIR_LORA_MODULES=raw)
     assert "CHOIR_LORA_MODULES" in str(raised.value)
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"CHOIR_SERVED_MODEL_NAME": " , "}, "names no model"),
+    ({"CHOIR_SERVED_MODEL_NAME": "a,b,a"}, "`a` twice"),
+    ({"CHOIR_MODEL": "org/m", "CHOIR_EMBEDDING_MODEL": "org/m"}, "CHOIR_EMBEDDING_MODEL_NAME names `org/m` in "
+                                                                 "CHOIR_SERVED_MODEL_NAME too"),
+    ({"CHOIR_EMBEDDING_MODEL": "org/e", "CHOIR_EMBEDDING_MODEL_NAME": "choir-tiny"}, "CHOIR_SERVED_MODEL_NAME too"),
+    ({"CHOIR_EMBEDDING_MODEL": "org/e", "CHOIR_EMBEDDING_MODEL_NAME": ","}, "names no model"),
+    ({"CHOIR_EMBEDDING_MODEL": "org/e", "CHOIR_LORA_MODULES": "org/e=org/adapter"}, "CHOIR_EMBEDDING_MODEL_NAME too"),
+    ({"CHOIR_EMBEDDING_MODEL_NAME": "e"}, "need CHOIR_EMBEDDING_MODEL"),
+    ({"CHOIR_EMBEDDING_ENGINE_ARGS": "--max-model-len 64"}, "need CHOIR_EMBEDDING_MODEL"),
+])
+def test_every_model_name_means_one_model(tmp_path, env, fragment):
+    with pytest.raises(SettingsError, match=re.escape(fragment)) as raised:
+        settings(tmp_path, **env)
+    assert "\n" not in str(raised.value)
 
 
 def test_the_embedding_engine_runs_vllms_pooling_runner(tmp_path):

@@ -121,3 +121,9 @@ async def test_a_request_whose_adapter_was_unloaded_meanwhile_is_a_404_naming_th
         [output async for output in engine.generate(prompt, None, "r2", options)]
     assert raised.value.status == 404 and raised.value.param == "model" and "`a`" in raised.value.message
     assert len(stub.lora_requests) == 1  # it never reached the engine
+
+
+async def test_the_parent_is_the_base_model_name_given_else_the_first_served_name(engine):
+    await engine.load_adapter("a", "/adapters/1")
+    await engine.load_adapter("b", "/adapters/2", base_model_name="alias")
+    assert (engine.adapter_parent("a"), engine.adapter_parent("b")) == ("base", "alias")

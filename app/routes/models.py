@@ -11,10 +11,9 @@ from plugins.spec import operation
 
 
 def _cards(engine, embedding, created: int) -> list[ModelCard]:
-    base = engine.served_model_names[0]
     cards = [ModelCard(id=name, created=created, owned_by="choir", root=engine.model_root,
                        max_model_len=engine.max_model_len) for name in engine.served_model_names]
-    cards += [ModelCard(id=name, created=created, owned_by="choir", root=path, parent=base,
+    cards += [ModelCard(id=name, created=created, owned_by="choir", root=path, parent=engine.adapter_parent(name),
                         max_model_len=engine.max_model_len) for name, path in engine.adapters.items()]
     if embedding is not None:
         cards += [ModelCard(id=name, created=created, owned_by="choir", root=embedding.model_root,

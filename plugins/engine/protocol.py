@@ -90,8 +90,12 @@ class Engine(Protocol):
         """The loaded LoRA adapters: model name → path. Each is a model name of its own."""
         ...
 
-    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
-                           is_3d_lora_weight: bool = False) -> None: ...  # AdapterError
+    def adapter_parent(self, name: str) -> str:
+        """The served name an adapter is based on (its `parent`): vLLM's base_model_name, else the first."""
+        ...
+
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False, is_3d_lora_weight: bool = False,
+                           base_model_name: str | None = None) -> None: ...  # AdapterError
 
     async def unload_adapter(self, name: str) -> None: ...  # UnknownAdapter
 

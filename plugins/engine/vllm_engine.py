@@ -124,8 +124,11 @@ class VllmEngine(VllmBase):
     def adapters(self) -> dict[str, str]:
         return {name: request.lora_path for name, request in self._loras.items()}
 
-    async def load_adapter(self, name: str, path: str, load_inplace: bool = False,
-                           is_3d_lora_weight: bool = False) -> None:
+    def adapter_parent(self, name: str) -> str:
+        return self._loras[name].base_model_name or self.served_model_names[0]
+
+    async def load_adapter(self, name: str, path: str, load_inplace: bool = False, is_3d_lora_weight: bool = False,
+                           base_model_name: str | None = None) -> None:
         """Loaded into the engine now, so a bad adapter fails here (sent to generate as is, it would
         kill vLLM's engine core). `load_inplace` replaces a loaded adapter of that name, under its id;
         if the new one fails to load, the old one stays (vLLM's worker loads before it evicts)."""
@@ -141,7 +144,8 @@ class VllmEngine(VllmBase):
                 raise EngineDead("the engine is dead")
             lora_id = self._next_lora_id if loaded is None else loaded.lora_int_id
             request = self._lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path,
-                                         load_inplace=load_inplace, is_3d_lora_weight=is_3d_lora_weight)
+                                         load_inplace=load_inplace, is_3d_lora_weight=is_3d_lora_weight,
+                                         base_model_name=base_model_name)
             try:
                 await self._engine.add_lora(request)
             except EngineDeadError as exc:
@@ -208,7 +212,7 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
         served = VllmEngine(engine, engine_args, vllm.__version__)
         for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
             try:
-                await served.load_adapter(module.name, module.path)
+                await served.load_adapter(module.name, module.path, base_model_name=module.base_model_name)
             except AdapterError as exc:
                 raise SettingsError(f"CHOIR_LORA_MODULES: {exc}") from None
         yield served
