@@ -126,6 +126,11 @@ def test_embeddings(models):
     ({"input": "x", "model": "tuned"}, 400, "model"),
     ({"input": "x", "model": "nope"}, 400, "model"),
     ({"input": "x", "truncation_side": "left"}, 400, "truncation_side"),
+    ({"input": "x", "embed_dtype": "fp8_e4m3", "encoding_format": "base64"}, 400, "embed_dtype"),
+    ({"input": "x", "embed_dtype": "float64"}, 400, "embed_dtype"),
+    ({"input": "x", "endianness": "middle"}, 400, "endianness"),
+    ({"input": "x", "priority": 1}, 400, "priority"),
+    ({"input": "x", "padding": "max_length"}, 400, "padding"),
 ])
 def test_embedding_errors(models, body, status, param):
     client, _, _ = models
@@ -160,3 +165,26 @@ def test_health_covers_both_engines(models):
     embedder.is_alive = False
     response = client.get("/health")
     assert response.status_code == 503 and "embedding" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("embed_dtype, endianness", [("float32", "little"), ("float16", "big"),
+                                                     ("bfloat16", "native"), ("bfloat16", "big")])
+def test_base64_embeddings_in_vllms_dtypes_and_byte_orders(models, embed_dtype, endianness):
+    """As vLLM encodes them: the values converted as torch converts them, then in the byte order asked for."""
+    import sys
+
+    import numpy as np
+    import torch
+
+    client, _, _ = models
+    body = {"input": "abcab"}  # normalized: values that float16 and bfloat16 must round
+    floats = client.post("/v1/embeddings", json=body).json()["data"][0]["embedding"]
+    encoded = client.post("/v1/embeddings", json={**body, "encoding_format": "base64", "embed_dtype": embed_dtype,
+                                                  "endianness": endianness}).json()["data"][0]["embedding"]
+    dtype = getattr(torch, embed_dtype)
+    expected = torch.tensor(floats, dtype=torch.float32).to(dtype).view(torch.int16 if dtype.itemsize == 2 else dtype)
+    array = expected.numpy()
+    if endianness != "native" and endianness != sys.byteorder:
+        array = array.byteswap()
+    assert base64.b64decode(encoded) == array.tobytes()
+    assert np.frombuffer(base64.b64decode(encoded), dtype=np.uint8).size == len(floats) * dtype.itemsize

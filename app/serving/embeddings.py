@@ -1,12 +1,15 @@
 """POST /v1/embeddings: inputs → the embedding engine (one engine request each, concurrently) → vectors,
-as floats or as base64 of little-endian float32 (what the OpenAI SDK asks for by default)."""
+as floats or as base64 of their bytes: float32 (what the OpenAI SDK asks for by default), float16 or
+bfloat16 (vLLM's `embed_dtype`), in the byte order `endianness` asks for."""
 
 import asyncio
 import base64
 import struct
+import sys
 
 from app.serving.models import embedding_model
 from app.serving.prompts import completion_prompts
+from app.serving.unserved import EMBEDDING_UNSERVED, refuse_unserved
 from core.errors import bad_request
 from core.protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from plugins.engine.protocol import EmbeddingEngine, Prompt, RenderOptions
@@ -16,6 +19,10 @@ from plugins.pipeline import Pipeline
 async def plan_embeddings(pipeline: Pipeline, request: EmbeddingRequest) -> tuple[str, list[Prompt]]:
     """The model to report and the rendered inputs, checked before any reaches the engine."""
     model = embedding_model(pipeline, request.model)
+    if request.embed_dtype not in _PACKED:
+        raise bad_request(f"embed_dtype {request.embed_dtype} is not served: send float32, float16 or bfloat16.",
+                          "embed_dtype")
+    refuse_unserved(request, EMBEDDING_UNSERVED)
     engine = pipeline.embedding
     assert engine is not None  # embedding_model refused the request otherwise
     inputs = completion_prompts(request.input, "input")
@@ -68,12 +75,24 @@ async def embed(pipeline: Pipeline, request: EmbeddingRequest, model: str, promp
         except BaseExceptionGroup as failed:  # the first failure is the one to report
             raise failed.exceptions[0] from None
         vectors = [task.result() for task in tasks]
-    data = [Embedding(embedding=_encoded(vector, request.encoding_format), index=i) for i, vector in enumerate(vectors)]
+    data = [Embedding(embedding=_encoded(vector, request), index=i) for i, vector in enumerate(vectors)]
     tokens = sum(len(prompt.token_ids) for prompt in prompts)
     return EmbeddingResponse(data=data, model=model, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))
 
 
-def _encoded(vector: list[float], encoding_format: str) -> list[float] | str:
-    if encoding_format == "float":
+_PACKED = {"float32": "f", "float16": "e", "bfloat16": "H"}  # struct's codes (bfloat16: as its 16 bits)
+_BYTE_ORDER = {"little": "<", "big": ">", "native": "<" if sys.byteorder == "little" else ">"}
+
+
+def _encoded(vector: list[float], request: EmbeddingRequest) -> list[float] | str:
+    if request.encoding_format == "float":
         return vector
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    values = list(map(_bfloat16_bits, vector)) if request.embed_dtype == "bfloat16" else vector
+    packed = struct.pack(f"{_BYTE_ORDER[request.endianness]}{len(values)}{_PACKED[request.embed_dtype]}", *values)
+    return base64.b64encode(packed).decode("ascii")
+
+
+def _bfloat16_bits(value: float) -> int:
+    """The upper half of the float32's bits, rounded to nearest even (as torch converts)."""
+    [bits] = struct.unpack("<I", struct.pack("<f", value))
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF

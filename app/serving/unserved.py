@@ -25,6 +25,10 @@ CHAT_UNSERVED: dict[str, tuple[Any, str]] = {
     "mm_processor_kwargs": (None, "the served model reads text only"),
     "return_prompt_text": (None, "the rendered prompt text is not returned: POST /tokenize shows the prompt's tokens"),
 }
+EMBEDDING_UNSERVED: dict[str, tuple[Any, str]] = {
+    "priority": (0, "embeddings are not scheduled by priority on this server"),
+    "padding": (None, "padding the input is not served: it is embedded as tokenized"),
+}
 _FALSE_LIKE = {None: (None, False), False: (None, False)}
 
 

@@ -10,7 +10,7 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     # A string, a list of strings, a list of token ids or a list of token-id lists (as completions' prompt).
     input: str | list[Any]
-    encoding_format: Literal["float", "base64"] = "float"  # base64: little-endian float32 bytes
+    encoding_format: Literal["float", "base64"] = "float"  # base64: the bytes of `embed_dtype` values
     dimensions: Annotated[int, Meta(ge=1)] | None = None  # Matryoshka models: the first `dimensions` values
     user: str | None = None
     # vLLM's extras
@@ -19,6 +19,11 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     truncation_side: Literal["left", "right"] | None = None
     add_special_tokens: bool = True
     request_id: Annotated[str, Meta(min_length=1)] | None = None
+    # base64's values (float32 is what the OpenAI SDK decodes) and their byte order
+    embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
+    endianness: Literal["native", "big", "little"] = "native"
+    priority: int = 0  # vLLM's: served on generation only (a non-zero value is a 400 here)
+    padding: Literal["max_length", "do_not_pad"] | None = None  # vLLM's: not served (a 400 unless null)
 
 
 class Embedding(msgspec.Struct, kw_only=True):

@@ -123,6 +123,18 @@ def test_token_id_input_equals_its_text(models_server, mclient):
     assert by_ids == pytest.approx(by_text, abs=1e-5)
 
 
+def test_base64_in_half_precision_decodes_to_the_floats(models_server, mclient):
+    import base64
+
+    import numpy as np
+
+    floats = mclient.embeddings.create(model="choir-tiny-embed", input="hello", encoding_format="float")
+    half = httpx.post(f"{models_server.base_url}/v1/embeddings", json={
+        "input": "hello", "encoding_format": "base64", "embed_dtype": "float16", "endianness": "big"}).json()
+    values = np.frombuffer(base64.b64decode(half["data"][0]["embedding"]), dtype=">f2")
+    assert values.tolist() == pytest.approx(floats.data[0].embedding, abs=1e-3)
+
+
 @pytest.mark.parametrize("kwargs, param", [
     ({"model": "choir-tiny-embed", "input": "x", "dimensions": 50}, "dimensions"),
     ({"model": "choir-tiny", "input": "x"}, "model"),
