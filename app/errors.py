@@ -34,7 +34,8 @@ def error_for(exc: BaseException, request_id: str | None = None) -> APIError:
     if isinstance(exc, EngineRejected):
         return APIError(exc.status, exc.message, exc.param)
     if isinstance(exc, EngineDead):
-        return APIError(503, "The engine is not running; the server cannot generate. Retry once it is healthy.")
+        return APIError(503, "The engine is not running; the server cannot answer this request. Retry once it is "
+                              "healthy.")
     log.error("unhandled error", request_id=request_id, exc_info=exc)
     which = f" (request {request_id})" if request_id else ""
     return APIError(500, f"Internal server error{which}. The server log has the details.")

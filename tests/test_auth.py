@@ -6,18 +6,23 @@ from litestar.testing import TestClient
 from app.asgi import create_app
 from core.settings import Settings
 from plugins.spec import load_spec
-from tests.fakes import FakeEngine, fake_engine_factory
+from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
 
 KEYS = ("first-key", "second-key")
 V1_ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None),
              ("POST", "/v1/completions", {"prompt": "x"}),
              ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
-             ("POST", "/tokenize", {"prompt": "x"}), ("POST", "/detokenize", {"tokens": [70]})]
+             ("POST", "/tokenize", {"prompt": "x"}), ("POST", "/detokenize", {"tokens": [70]}),
+             ("POST", "/v1/embeddings", {"input": "x"}),
+             ("POST", "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/adapters/a", "load_inplace": True})]
+UNLOAD = ("POST", "/v1/unload_lora_adapter", {"lora_name": "a"})  # once it answers, there is nothing to unload
 
 
 def make_client(**settings):
-    app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS, **settings),
-                     engine_factory=fake_engine_factory(FakeEngine()))
+    app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS, allow_runtime_lora=True,
+                              embedding_model="/models/fake-embed", **settings),
+                     engine_factory=fake_engine_factory(FakeEngine()),
+                     embedding_factory=fake_engine_factory(FakeEmbeddingEngine()))
     return TestClient(app)
 
 
@@ -33,7 +38,7 @@ def assert_401(response):
     assert response.headers["www-authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize("method, path, body", V1_ROUTES)
+@pytest.mark.parametrize("method, path, body", [*V1_ROUTES, UNLOAD])
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Basic first-key", "first-key", "Bearer "])
 def test_v1_routes_refuse_a_missing_or_wrong_key(client, method, path, body, authorization):
     headers = {"Authorization": authorization} if authorization is not None else {}
@@ -55,6 +60,10 @@ def test_401_comes_before_404_405_and_validation(client, method, path, content):
 
 def test_with_a_key_the_route_errors_come_back(client):
     headers = {"Authorization": "Bearer first-key"}
+    method, path, body = UNLOAD
+    client.post("/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": "/adapters/a", "load_inplace": True},
+                headers=headers)
+    assert client.request(method, path, json=body, headers=headers).status_code == 200
     assert client.get("/v1/nothing", headers=headers).status_code == 404
     assert client.delete("/v1/models", headers=headers).status_code == 405
 
