@@ -168,3 +168,17 @@ def test_the_embedding_engine_runs_vllms_pooling_runner(tmp_path):
         settings(tmp_path, CHOIR_EMBEDDING_MODEL="/no/such/dir")
     with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL_NAME"):
         settings(tmp_path, CHOIR_EMBEDDING_MODEL="org/embedder", CHOIR_EMBEDDING_ENGINE_ARGS="--served-model-name x")
+
+
+def test_two_engines_on_one_gpu_must_fit_together():
+    """Checked before either engine starts on a GPU (on the CPU each has its own KV cache space)."""
+    from plugins.engine.vllm_engine import check_gpu_share, parse_flags
+
+    def parsed(*flags):
+        return parse_flags(["--model", "m", *flags], "CHOIR_ENGINE_ARGS")
+
+    with pytest.raises(SettingsError, match=r"\(0.92 and 0.92\)") as raised:
+        check_gpu_share(parsed(), parsed())
+    assert "\n" not in str(raised.value)
+    check_gpu_share(parsed("--gpu-memory-utilization", "0.8"), parsed("--gpu-memory-utilization", "0.1"))
+    check_gpu_share(parsed(), parsed("--kv-cache-memory-bytes", "1000000"))  # bytes: vLLM checks them itself

@@ -42,6 +42,23 @@ def parse_engine_args(settings: Settings, *, on_cpu: bool) -> Any:
     return parse_flags(settings.engine_argv(CPU_ENGINE_ARGS if on_cpu else ()), "CHOIR_ENGINE_ARGS")
 
 
+# Two engines on one GPU share its memory: vLLM's default share (0.92) each cannot both start.
+GPU_SHARE_LIMIT = 0.95
+
+
+def check_gpu_share(generation_args: Any, embedding_args: Any) -> None:
+    """Before either engine starts on a GPU: their `--gpu-memory-utilization` must fit together (the second
+    engine would otherwise fail after the first has taken its share, with a traceback)."""
+    if generation_args.kv_cache_memory_bytes is not None or embedding_args.kv_cache_memory_bytes is not None:
+        return  # sized in bytes: vLLM checks what is free when each starts
+    shares = generation_args.gpu_memory_utilization, embedding_args.gpu_memory_utilization
+    if sum(shares) > GPU_SHARE_LIMIT:
+        raise SettingsError(
+            f"CHOIR_ENGINE_ARGS and CHOIR_EMBEDDING_ENGINE_ARGS: both engines share the GPU, and their "
+            f"--gpu-memory-utilization ({shares[0]} and {shares[1]}) add up to more than {GPU_SHARE_LIMIT}. "
+            f"Give each its share, e.g. 0.8 and 0.1.")
+
+
 def parse_flags(argv: list[str], setting: str) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -204,6 +221,8 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
+    if settings.embedding_model is not None and not current_platform.is_cpu():
+        check_gpu_share(engine_args, parse_flags(settings.embedding_engine_argv(), "CHOIR_EMBEDDING_ENGINE_ARGS"))
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
