@@ -5,6 +5,7 @@ and LoRA adapters, and the embedding engine's names. A name served by the other 
 from dataclasses import dataclass
 
 from core.errors import APIError, bad_request
+from plugins.pipeline import Pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +14,7 @@ class ModelChoice:
     adapter: str | None = None  # a LoRA adapter of the generation engine
 
 
-def generation_model(pipeline, requested: str | None) -> ModelChoice:
+def generation_model(pipeline: Pipeline, requested: str | None) -> ModelChoice:
     engine = pipeline.engine
     adapters = engine.adapters
     if requested is not None and requested in adapters:
@@ -26,7 +27,7 @@ def generation_model(pipeline, requested: str | None) -> ModelChoice:
     return ModelChoice(requested or engine.served_model_names[0])
 
 
-def embedding_model(pipeline, requested: str | None) -> str:
+def embedding_model(pipeline: Pipeline, requested: str | None) -> str:
     embedding, engine = pipeline.embedding, pipeline.engine
     if embedding is None:
         raise APIError(404, "This server serves no embedding model: start it with CHOIR_EMBEDDING_MODEL set.",

@@ -6,9 +6,10 @@ from app.serving.models import ModelChoice, generation_model
 from app.serving.unserved import refuse_unserved
 from core.errors import bad_request
 from core.protocol.common import SamplingFields
+from plugins.pipeline import Pipeline
 
 
-def check_common(pipeline, request: SamplingFields) -> ModelChoice:
+def check_common(pipeline: Pipeline, request: SamplingFields) -> ModelChoice:
     """Validate what both endpoints share; return the model (and LoRA adapter) the request names."""
     model = generation_model(pipeline, request.model)
     refuse_unserved(request)

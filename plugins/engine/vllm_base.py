@@ -52,8 +52,7 @@ class VllmBase:
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
-        tok_params, renderer = self._tokenize(options), self._engine.renderer
-        extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
+        tok_params, renderer, extras = self._tokenize(options), self._engine.renderer, prompt_extras(options)
         try:
             if sum(len(p) for p in prompts) <= SMALL_PROMPT:
                 inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
@@ -82,6 +81,11 @@ class VllmBase:
 
     def num_unfinished_requests(self) -> int:
         return self._engine.get_num_unfinished_requests()
+
+
+def prompt_extras(options: RenderOptions) -> dict[str, Any] | None:
+    """What vLLM's renderers add to each prompt beyond its tokens."""
+    return {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
 
 
 def prompt_of(engine_input: dict[str, Any]) -> Prompt:

@@ -24,7 +24,7 @@ from plugins.engine.protocol import (
     RenderOptions,
     UnknownAdapter,
 )
-from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
+from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_extras, prompt_of
 from plugins.engine.vllm_errors import rejection, reraise
 
 log = structlog.get_logger("choir.engine")
@@ -95,8 +95,7 @@ class VllmEngine(VllmBase):
         kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
                   "continue_final_message": template.continue_final_message}
         params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
-        tok_params = self._tokenize(options)
-        extras = {"cache_salt": options.cache_salt} if options.cache_salt is not None else None
+        tok_params, extras = self._tokenize(options), prompt_extras(options)
         try:
             if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
                 _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
@@ -260,8 +259,7 @@ async def start_vllm_embedding_engine(settings: Settings) -> AsyncIterator[Any]:
     engine = AsyncLLM.from_engine_args(engine_args)
     log.info("embedding engine started", model=settings.embedding_model,
              seconds=round(time.perf_counter() - started, 1))
-    gc.collect()
-    gc.freeze()
+    settle_after_startup()
     try:
         yield VllmEmbeddingEngine(engine, engine_args, vllm.__version__)
     finally:
