@@ -1,5 +1,7 @@
 """/v1/chat/completions over a recording fake engine."""
 
+import pytest
+
 from tests.sse import sse_json
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
@@ -64,3 +66,19 @@ def test_chat_stream_logprobs(client):
         "messages": MESSAGES, "stream": True, "logprobs": True, "top_logprobs": 1}).text)
     tokens = [t["token"] for e in events[1:] for t in e["choices"][0]["logprobs"]["content"]]
     assert "".join(tokens) == "Hello world!"
+
+
+@pytest.mark.parametrize("extra", [{}, {"return_token_ids": True}])
+def test_chat_stream_continuous_usage_starts_with_the_prompt(client, extra):
+    """vLLM's role chunk says the prompt's tokens and none generated; every later chunk its choice's count."""
+    events, _ = sse_json(client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "stream": True, "n": 2, **extra,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).text)
+    prompt = events[-1]["usage"]["prompt_tokens"]
+    roles = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("role")]
+    assert len(roles) == 2
+    assert all(e["usage"] == {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt} for e in roles)
+    for index in (0, 1):
+        counts = [e["usage"]["completion_tokens"] for e in events if e["choices"] and e["choices"][0]["index"] == index]
+        assert counts == [0, 5, 11, 12]
+    assert events[-1]["usage"]["completion_tokens"] == 24

@@ -129,6 +129,18 @@ def test_invalid_requests_are_400(client, fake_engine, body, param):
     assert fake_engine.calls == []
 
 
+def test_tool_choice_auto_without_tools_is_openais_default(client, fake_engine):
+    body = client.post(PATH, json={"input": "hi", "tool_choice": "auto"}).json()
+    assert body["status"] == "completed" and body["tool_choice"] == "auto"
+    assert fake_engine.calls[0].params.structured_outputs is None
+    assert "tools" not in fake_engine.templates[0].kwargs
+
+
+def test_chat_template_kwargs_reach_the_template(client, fake_engine):
+    client.post(PATH, json={"input": "hi", "chat_template_kwargs": {"enable_thinking": False, "x": 1}})
+    assert fake_engine.templates[0].kwargs == {"enable_thinking": False, "x": 1}
+
+
 def test_store_false_is_accepted(client):
     assert client.post(PATH, json={"input": "x", "store": False}).status_code == 200
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from app.serving.tool_stream import ToolArrayScanner
+from app.serving.tools import one_entry_per_call
 
 TEXT = ('[{"name": "get_weather", "parameters": {"city": "Pa\\"ris}", "n": [1, {"x": 2}]}},\n'
         ' {"parameters": 5 , "name": "f2"}, {"name": "f3", "parameters": "s,}"}]')
@@ -25,3 +26,20 @@ def test_names_and_arguments_whatever_the_chunking(size):
     assert names == {0: "get_weather", 1: "f2", 2: "f3"}
     assert json.loads(arguments[0]) == {"city": 'Pa"ris}', "n": [1, {"x": 2}]}
     assert arguments[1] == "5" and json.loads(arguments[2]) == "s,}"
+
+
+def test_one_entry_per_call_in_a_chunk():
+    """A parser's deltas and the end-of-stream reconciliation can say the same call twice in one chunk:
+    merged, header first, arguments in order, other calls untouched."""
+    from core.protocol.chat import DeltaFunctionCall, DeltaToolCall
+
+    header = DeltaToolCall(index=0, id="call_1", type="function", function=DeltaFunctionCall(name="f", arguments=""))
+    more = DeltaToolCall(index=0, function=DeltaFunctionCall(arguments='{"a"'))
+    other = DeltaToolCall(index=1, id="call_2", type="function", function=DeltaFunctionCall(name="g", arguments="{"))
+    rest = DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=": 1}"))
+    merged = one_entry_per_call([header, more, other, rest])
+    assert merged == [DeltaToolCall(index=0, id="call_1", type="function",
+                                    function=DeltaFunctionCall(name="f", arguments='{"a": 1}')), other]
+    assert one_entry_per_call([more, header]) == [DeltaToolCall(
+        index=0, id="call_1", type="function", function=DeltaFunctionCall(name="f", arguments='{"a"'))]
+    assert one_entry_per_call([header, other]) == [header, other]

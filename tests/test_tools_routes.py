@@ -33,7 +33,9 @@ def streamed_calls(chunks, index=0):
         if choice["index"] != index:
             continue
         assert "content" not in choice["delta"] or choice["delta"]["content"] in ("", None)
-        for call in choice["delta"].get("tool_calls", []):
+        entries = choice["delta"].get("tool_calls", [])
+        assert len({call["index"] for call in entries}) == len(entries), "one entry per call in a chunk, as OpenAI"
+        for call in entries:
             entry = calls.setdefault(call["index"], {"id": None, "name": None, "arguments": ""})
             if "id" in call:
                 assert entry["id"] is None  # the header comes once
@@ -64,6 +66,47 @@ def test_required_constrains_the_output_to_a_list_of_calls(client, fake_engine):
     calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]]
     assert calls == [("get_weather", {"city": "Paris"}), ("get_time", {})]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+
+
+# What pydantic writes for a model with a nested model: `$ref`s into the parameters' own `$defs`.
+PYDANTIC_WEATHER = {"type": "object", "title": "GetWeather",
+                    "properties": {"city": {"type": "string", "maxLength": 12},
+                                   "options": {"$ref": "#/$defs/WeatherOptions"}},
+                    "required": ["city", "options"],
+                    "$defs": {"WeatherOptions": {"type": "object", "properties": {
+                        "unit": {"enum": ["c", "f"]}, "next": {"anyOf": [{"$ref": "#/$defs/WeatherOptions"},
+                                                                          {"type": "null"}]}},
+                        "required": ["unit"]}}}
+PYDANTIC_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": PYDANTIC_WEATHER}},
+                  {"type": "function", "function": {"name": "get_time", "parameters": WEATHER}}]
+
+
+def test_required_keeps_each_tools_definitions(client, fake_engine):
+    """pydantic's `$defs`: the combined schema for `required` must still resolve every `$ref`."""
+    import jsonschema
+
+    output = ('[{"name": "get_weather", "parameters": {"city": "Paris", "options": {"unit": "c", "next": '
+              '{"unit": "f", "next": null}}}}, {"name": "get_time", "parameters": {"city": "Oslo"}}]')
+    fake_engine.script = scripted(output, 9)
+    body = client.post(CHAT, json={"messages": MESSAGES, "tools": PYDANTIC_TOOLS, "tool_choice": "required"}).json()
+    schema = fake_engine.calls[0].params.structured_outputs.json
+    [weather, time] = schema["items"]["anyOf"]
+    assert weather["properties"]["parameters"] == {"$ref": "#/$defs/get_weather"}
+    assert time["properties"]["parameters"] == WEATHER  # a schema without refs stays in place
+    moved = schema["$defs"]["get_weather"]
+    assert moved["properties"]["options"] == {"$ref": "#/$defs/get_weather/$defs/WeatherOptions"}
+    jsonschema.validate(json.loads(output), schema)  # every pointer resolves
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "get_weather", "parameters": {"city": "Paris", "options": {"unit": "k"}}}],
+                            schema)
+    assert [c["function"]["name"] for c in body["choices"][0]["message"]["tool_calls"]] == ["get_weather", "get_time"]
+    assert PYDANTIC_TOOLS[0]["function"]["parameters"]["properties"]["options"]["$ref"] == "#/$defs/WeatherOptions"
+
+
+def test_a_named_tool_keeps_its_schema_as_sent(client, fake_engine):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    client.post(CHAT, json={"messages": MESSAGES, "tools": PYDANTIC_TOOLS, "tool_choice": named})
+    assert fake_engine.calls[0].params.structured_outputs.json == PYDANTIC_WEATHER
 
 
 def test_parallel_tool_calls_false_allows_one_call(client, fake_engine):

@@ -228,7 +228,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
                 if choice.index not in started:
                     started.add(choice.index)
                     cached[choice.index] = output.num_cached_tokens
-                    ready.append(_first_frame(job, frames, choice))
+                    ready.append(_first_frame(job, frames, choice, plan.continuous_usage))
                 completion = output.outputs[0]
                 generated[choice.index] += len(completion.token_ids)
                 finished += output.finished
@@ -258,9 +258,11 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
     yield outbox.close(*closing)
 
 
-def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice) -> bytes:
-    """A choice's role chunk; with return_token_ids it also carries the prompt's token ids."""
+def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice, continuous_usage: bool) -> bytes:
+    """A choice's role chunk: with return_token_ids it also carries the prompt's token ids, with
+    continuous usage stats the prompt's count (nothing generated yet)."""
     first = ChatChunkChoice(index=choice.index, delta=job.compat.delta({"role": "assistant", "content": ""}))
+    running = usage([choice], 0) if continuous_usage else None
     if not job.request.return_token_ids:
-        return frames.frame(first)
-    return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids))
+        return frames.frame(first, running)
+    return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids), usage=running)

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.serving.json_text import JsonEscaper, escaped
 from app.serving.parsers import ChoiceParser, ParserSet
-from app.serving.tools import ToolPlan
+from app.serving.tools import ToolPlan, one_entry_per_call
 
 
 @dataclass
@@ -90,7 +90,9 @@ class ChoiceOutput:
             parts.reasoning = None
         if self.single_call:
             parts.tool_calls = [call for call in parts.tool_calls if call.index == 0]
-        self.called = self.called or bool(parts.tool_calls)
+        if parts.tool_calls:
+            parts.tool_calls = one_entry_per_call(parts.tool_calls)
+            self.called = True
         return parts
 
     def reasoning_tokens(self, token_ids: list[int], reasoning: str | None) -> int | None:

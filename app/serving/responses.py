@@ -69,12 +69,15 @@ def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
                             "max_completion_tokens": request.max_output_tokens, "temperature": request.temperature,
                             "top_p": request.top_p, "parallel_tool_calls": request.parallel_tool_calls,
                             "user": request.user, "include_reasoning": request.include_reasoning,
-                            "reasoning_effort": request.reasoning.effort if request.reasoning else None}
+                            "reasoning_effort": request.reasoning.effort if request.reasoning else None,
+                            "chat_template_kwargs": request.chat_template_kwargs}
     if request.tools:
         body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                            "parameters": t.parameters, "strict": t.strict}}
                          for t in request.tools]
     choice = request.tool_choice
+    if choice == "auto" and not request.tools:
+        choice = None  # OpenAI's default, whether or not there are tools
     body["tool_choice"] = {"type": "function", "function": {"name": choice.name}} \
         if isinstance(choice, msgspec.Struct) else choice
     chat = parse_strict({k: v for k, v in body.items() if v is not None}, ChatCompletionRequest)

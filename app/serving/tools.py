@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from msgspec import UNSET
+
 from app.serving.json_text import JsonEscaper, escaped
 from app.serving.tool_stream import ToolArrayScanner
 from core.errors import bad_request
@@ -74,13 +76,39 @@ def plan_tools(request: ChatCompletionRequest, tool_parser: str | None) -> ToolP
 
 
 def _calls_schema(parameters: dict[str, dict[str, Any]], parallel: bool | None) -> dict[str, Any]:
-    calls = [{"type": "object", "properties": {"name": {"const": name}, "parameters": schema},
-              "required": ["name", "parameters"], "additionalProperties": False}
-             for name, schema in parameters.items()]
-    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+    """One schema for a list of calls. A tool's `$ref`s point into its own parameters schema (pydantic
+    writes `#/$defs/Model`); nested in the list they would point into the list's schema, so such a
+    tool's parameters move to the list's `$defs`, under the tool's name, and its `$ref`s follow them."""
+    definitions: dict[str, Any] = {}
+    calls = []
+    for name, schema in parameters.items():
+        if _has_refs(schema):
+            definitions[name] = _rebased(schema, f"#/$defs/{name}")  # tool names need no pointer escaping
+            schema = {"$ref": f"#/$defs/{name}"}
+        calls.append({"type": "object", "properties": {"name": {"const": name}, "parameters": schema},
+                      "required": ["name", "parameters"], "additionalProperties": False})
+    combined: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
     if parallel is False:  # only an explicit false limits the calls to one
-        schema["maxItems"] = 1
-    return schema
+        combined["maxItems"] = 1
+    if definitions:
+        combined["$defs"] = definitions
+    return combined
+
+
+def _has_refs(node: Any) -> bool:
+    if isinstance(node, dict):
+        return isinstance(node.get("$ref"), str) or any(_has_refs(value) for value in node.values())
+    return isinstance(node, list) and any(_has_refs(value) for value in node)
+
+
+def _rebased(node: Any, base: str) -> Any:
+    """`node` with each local `$ref` (`#`, `#/...`) made relative to `base` instead of the document root."""
+    if isinstance(node, dict):
+        return {key: base + value[1:] if key == "$ref" and isinstance(value, str) and value.startswith("#")
+                else _rebased(value, base) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_rebased(value, base) for value in node]
+    return node
 
 
 def _builtins(function: Any) -> dict[str, Any]:
@@ -100,14 +128,13 @@ class NamedToolReader:
         return "", [ToolCall(id=self.id, function=FunctionCall(name=self.function, arguments=escaped(text)))]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
-        calls = []
+        """One entry per chunk, as OpenAI sends: the first also has the call's id and name."""
+        arguments = self.escaper.feed(delta) if delta else ""
         if not self.started:
             self.started = True
-            calls.append(DeltaToolCall(index=0, id=self.id, type="function",
-                                       function=DeltaFunctionCall(name=self.function, arguments="")))
-        if delta:
-            calls.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=self.escaper.feed(delta))))
-        return calls
+            return [DeltaToolCall(index=0, id=self.id, type="function",
+                                  function=DeltaFunctionCall(name=self.function, arguments=arguments))]
+        return [DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=arguments))] if arguments else []
 
 
 class RequiredToolReader:
@@ -136,14 +163,44 @@ class RequiredToolReader:
                 name=name, arguments=escaped(arguments.get(i, "")))) for i, name in sorted(named.items())]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
+        """One entry per call and chunk: a call's first also has its id and name."""
         out = []
         for index, name, arguments in self.scanner.feed(delta):
             if name is not None:
                 self.ids.append(tool_call_id())
                 self.escapers.append(JsonEscaper())
+            text = self.escapers[index].feed(arguments) if arguments else ""
+            if name is not None:
                 out.append(DeltaToolCall(index=index, id=self.ids[index], type="function",
-                                         function=DeltaFunctionCall(name=name, arguments="")))
-            if arguments:
-                out.append(DeltaToolCall(index=index, function=DeltaFunctionCall(
-                    arguments=self.escapers[index].feed(arguments))))
+                                         function=DeltaFunctionCall(name=name, arguments=text)))
+            elif text:
+                out.append(DeltaToolCall(index=index, function=DeltaFunctionCall(arguments=text)))
         return out
+
+
+def one_entry_per_call(calls: list[DeltaToolCall]) -> list[DeltaToolCall]:
+    """A chunk's tool-call deltas with one entry per index, as OpenAI sends them (clients such as
+    instructor read only the first entry of an index): the entries of an index merged, in order."""
+    if len({call.index for call in calls}) == len(calls):
+        return calls
+    merged: dict[int, DeltaToolCall] = {}
+    for call in calls:
+        entry = merged.get(call.index)
+        if entry is None:
+            merged[call.index] = DeltaToolCall(index=call.index, id=call.id, type=call.type, function=call.function)
+            continue
+        if entry.id is UNSET:
+            entry.id, entry.type = call.id, call.type
+        entry.function = _joined(entry.function, call.function)
+    return list(merged.values())
+
+
+def _joined(first: Any, second: Any) -> Any:
+    if first is UNSET:
+        return second
+    if second is UNSET:
+        return first
+    name = first.name if first.name is not UNSET else second.name
+    arguments = (first.arguments or "") + (second.arguments or "") if (
+        first.arguments is not UNSET or second.arguments is not UNSET) else UNSET
+    return DeltaFunctionCall(name=name, arguments=arguments)

@@ -114,6 +114,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     include_reasoning: bool = True  # vLLM's: false drops the reasoning items (the tokens are still counted)
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: what the chat template is given besides input
     # OpenAI's default is true; Choir stores nothing and says so: the response echoes `store: false`.
     store: bool | None = None
     previous_response_id: str | None = None
