@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench clean
+.PHONY: install serve test model bench vllm-suite clean
 
 install: $(STAMP) model
 
@@ -43,13 +43,18 @@ serve: install
 	$(BIN)/litestar --app app.asgi:create_app run --host $(HOST) --port $(PORT)
 
 test: install
-	$(BIN)/ruff check app core plugins tests benchmarks
+	$(BIN)/ruff check app core plugins tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)
+
+# vLLM's own server-talking OpenAI tests (from the pinned engine's sdist, cached in .cache/) against Choir,
+# checked against conformance/expected.yaml. SUITE_ARGS=--against-vllm: on `vllm serve`, rewriting the baseline.
+vllm-suite: install
+	$(BIN)/python -m conformance $(SUITE_ARGS)
 
 clean:
 	rm -rf $(VENV) models .pytest_cache

@@ -22,12 +22,14 @@ from msgspec import UNSET, Meta
 from core.errors import APIError, bad_request
 from core.protocol import parse_strict
 from core.protocol.chat import AssistantMessage, Delta
+from core.protocol.common import SGLANG_FIELDS
 from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")
 # The delta keys a profile may make always present: those whose wire type is a string or null.
 DeltaKey = Literal["content", "reasoning_content", "reasoning"]
+OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool")
 T = TypeVar("T")
 
 
@@ -56,6 +58,12 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     unknown_fields: Literal["ignore", "reject"] | None = None
     unknown_model: UnknownModel | None = None
     greedy_n: Literal["allow", "reject"] | None = None
+    # SGLang's own request fields (regex, ebnf, no_stop_trim, ...): `honour` them as SGLang does, or
+    # `ignore` them as any other unknown field (as vLLM's server does).
+    sglang_fields: Literal["honour", "ignore"] | None = None
+    # Chat message roles: `openai` (system, developer, user, assistant, tool; others a 400) or `any`
+    # (a custom role reaches the chat template as it is, as in vLLM's server).
+    message_roles: Literal["openai", "any"] | None = None
 
 
 RULE_NAMES = frozenset(field.name for field in msgspec.structs.fields(Rules))
@@ -124,26 +132,43 @@ class OperationCompat:
 
     def admit(self, body: Any, wire_type: type[T]) -> T:
         """The request body as its wire type (strictly: `"n": "2"` is an error), once the rules admit it."""
-        self.check_body(body, wire_type)
-        return parse_strict(body, wire_type)
+        return parse_strict(self.check_body(body, wire_type), wire_type)
 
-    def check_body(self, body: Any, wire_type: type) -> None:
+    def check_body(self, body: Any, wire_type: type) -> Any:
         """Fields the profile refuses, then fields the endpoint does not know: ignored with a warning
-        that names them (as vLLM's server does), or refused (`unknown_fields: reject`)."""
+        that names them (as vLLM's server does), or refused (`unknown_fields: reject`). The body to
+        parse: without SGLang's fields where the profile ignores them."""
         if not isinstance(body, dict):
-            return  # not an object: parsing reports it
+            return body  # not an object: parsing reports it
         for refused in (self.rules.rejected_fields, self.rules.removed_fields):
             for name, message in (refused or {}).items():
                 if name in body:
                     raise bad_request(message, name)
-        unknown = [name for name in body if name not in known_fields(wire_type)]
+        known = known_fields(wire_type)
+        if self.rules.sglang_fields == "ignore":
+            known = known - SGLANG_FIELDS
+        elif self.rules.sglang_fields == "honour":
+            body = _sglang_response_format(body)
+        unknown = [name for name in body if name not in known]
         if not unknown or self.rules.unknown_fields is None:
-            return
+            return body
         if self.rules.unknown_fields == "reject":
             names = ", ".join(f"`{name}`" for name in unknown)
             raise bad_request(f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: this endpoint does not take "
                               f"{'them' if len(unknown) > 1 else 'it'}. See GET /schema for its fields.", unknown[0])
         log.warning("request fields ignored: this endpoint does not know them", fields=unknown)
+        if self.rules.sglang_fields == "ignore" and not SGLANG_FIELDS.isdisjoint(body):
+            return {name: value for name, value in body.items() if name not in SGLANG_FIELDS}
+        return body
+
+    def check_roles(self, roles: list[str], param: str = "messages") -> None:
+        """Under `message_roles: openai`, a role OpenAI does not define is a 400 naming the message."""
+        if self.rules.message_roles != "openai":
+            return
+        for index, role in enumerate(roles):
+            if role not in OPENAI_ROLES:
+                raise bad_request(f"Invalid role `{role}`: a message's role is one of {', '.join(OPENAI_ROLES)}.",
+                                  f"{param}[{index}].role")
 
     def check_model(self, model: str | None, served: tuple[str, ...]) -> None:
         rule = self.rules.unknown_model
@@ -192,6 +217,20 @@ class OperationCompat:
         if tool_calls:
             values["tool_calls"] = tool_calls
         return Delta(**values)
+
+
+def _sglang_response_format(body: dict[str, Any]) -> dict[str, Any]:
+    """SGLang takes a json_schema response format with its schema beside `type` (as the Responses API
+    writes it) and wraps it as chat's `json_schema`."""
+    response_format = body.get("response_format")
+    if not (isinstance(response_format, dict) and response_format.get("type") == "json_schema"
+            and "schema" in response_format and "json_schema" not in response_format):
+        return body
+    schema = response_format["schema"]
+    name = schema.get("title", "Schema") if isinstance(schema, dict) else "Schema"
+    wrapped = {"name": name, "schema": schema, **({"strict": response_format["strict"]}
+                                                  if "strict" in response_format else {})}
+    return {**body, "response_format": {"type": "json_schema", "json_schema": wrapped}}
 
 
 @cache

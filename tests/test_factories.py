@@ -1,23 +1,32 @@
 """Many generated requests, valid by the wire types' own constraints: none may produce a 5xx."""
 
 import msgspec
+from polyfactory import Use
 from polyfactory.factories.msgspec_factory import MsgspecFactory
 
 from app.serving.unserved import CHAT_UNSERVED, UNSERVED
-from core.protocol.chat import ChatCompletionRequest
+from core.compat import OPENAI_ROLES
+from core.protocol.chat import ChatCompletionRequest, ChatMessage
 from core.protocol.completions import CompletionRequest
 
 # Fields that are refused unless left at their default (or that a random value almost always makes
 # invalid together with others) are pinned, so that generated requests do reach the engine too.
 PINNED = {**{name: default for name, (default, _) in UNSERVED.items()}, "structured_outputs": None, "priority": 0,
-          "best_of": None, "truncation_side": None, "logprob_token_ids": None, "prompt_logprobs": None}
-COMPLETION_PINNED = PINNED
+          "best_of": None, "truncation_side": None, "logprob_token_ids": None, "prompt_logprobs": None,
+          "regex": None, "ebnf": None, "lora_path": None}  # SGLang's constraints and adapter names: 400s at random
+COMPLETION_PINNED = {**PINNED, "json_schema": None}
 CHAT_PINNED = {**{k: v for k, v in PINNED.items() if k != "prompt_embeds"},
                **{name: default for name, (default, _) in CHAT_UNSERVED.items()}}
 
 
 class CompletionRequestFactory(MsgspecFactory[CompletionRequest]):
     __allow_none_optionals__ = True
+
+
+class ChatMessageFactory(MsgspecFactory[ChatMessage]):
+    __set_as_default_factory_for_type__ = True
+    __allow_none_optionals__ = True
+    role = Use(lambda: ChatMessageFactory.__random__.choice(OPENAI_ROLES))  # others are a 400 (sglang profile)
 
 
 class ChatRequestFactory(MsgspecFactory[ChatCompletionRequest]):

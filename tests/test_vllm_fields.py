@@ -103,7 +103,11 @@ def test_unserved_fields_are_refused_unless_default(client, fake_engine, path, f
     assert client.post(path, json={**BODIES[path], field: default}).status_code == 200
     other = {"use_beam_search": True, "length_penalty": 0.5, "prompt_embeds": "AAAA", "kv_transfer_params": {"a": 1},
              "ec_transfer_params": {"a": 1}, "routed_experts_prompt_start": 3, "return_token_offsets": True,
-             "mm_payload": "none", "return_mm_kwargs": True}[field]
+             "mm_payload": "none", "return_mm_kwargs": True, "stop_regex": "a+", "session_params": {"id": "s"},
+             "custom_logit_processor": "{}", "custom_params": {"a": 1}, "return_hidden_states": "last",
+             "return_routed_experts": True, "return_cached_tokens_details": True, "ngram_corpus_id": "c",
+             "bootstrap_host": "h", "bootstrap_port": 1, "bootstrap_room": 2, "disagg_prefill_dp_rank": 0,
+             "routed_dp_rank": 1, "data_parallel_rank": 1}[field]
     message = error(client.post(path, json={**BODIES[path], field: other}), field)
     assert "not supported" in message
 
@@ -113,7 +117,9 @@ def test_chat_only_unserved_fields_are_refused_unless_default(client, field):
     default, _ = CHAT_UNSERVED[field]
     assert client.post(CHAT, json={**BODIES[CHAT], field: default}).status_code == 200
     other = {"echo": True, "chat_template": "{{ messages }}", "media_io_kwargs": {"a": 1},
-             "mm_processor_kwargs": {"a": 1}, "return_prompt_text": True}[field]
+             "mm_processor_kwargs": {"a": 1}, "return_prompt_text": True, "input_ids": [1, 2],
+             "return_prompt_token_ids": True, "return_meta_info": True, "max_dynamic_patch": 4,
+             "min_dynamic_patch": 1}[field]
     error(client.post(CHAT, json={**BODIES[CHAT], field: other}), field)
 
 

@@ -24,7 +24,7 @@ class Begun(Generic[T]):
 
 def begin(request: Request, pipeline: Pipeline, raw: Any, wire_type: type[T], prefix: str) -> Begun[T]:
     body = pipeline.compat.admit(raw, wire_type)
-    base_id = request_base_id(request, getattr(body, "request_id", None))
+    base_id = request_base_id(request, getattr(body, "request_id", None) or getattr(body, "rid", None))
     response_id = f"{prefix}{base_id}"
     annotate(request.scope, response_id=response_id)
     return Begun(body, base_id, response_id)

@@ -60,15 +60,18 @@ class ChatJob(Job):
         return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
                             first.prompt.token_ids, self.request.include_reasoning,
                             no_reasoning=first.options.reasoning_ended is True,
-                            json_content=is_json(first.params.structured_outputs))
+                            json_content=is_json(first.params.structured_outputs),
+                            separate_reasoning=self.request.separate_reasoning,
+                            stream_reasoning=self.request.stream_reasoning)
 
     def shows_tokens(self, reader: ChoiceOutput) -> bool:
         """include_reasoning false hides a reasoning choice's tokens and logprobs too: they hold the reasoning."""
         return self.request.include_reasoning or not reader.reasons
 
 
-def _check_unsupported(request: ChatCompletionRequest) -> None:
+def _check_unsupported(request: ChatCompletionRequest, compat: OperationCompat) -> None:
     refuse_unserved(request, CHAT_UNSERVED)
+    compat.check_roles([message.role for message in request.messages])
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.content if isinstance(message.content, list) else []):
             if isinstance(part, ImagePart):
@@ -106,7 +109,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     model = check_common(pipeline, request)
     candidates = best_of_candidates(request)
     fan_out.check(candidates or request.n, request.seed)
-    _check_unsupported(request)
+    _check_unsupported(request, compat)
     wanted_prompt_logprobs = check_prompt_logprobs(request)
     parsers = pipeline.parsers
     tools = plan_tools(request, parsers.tool_name if parsers is not None else None)

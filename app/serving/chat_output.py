@@ -36,15 +36,18 @@ def _join(a: str | None, b: str | None) -> str | None:
 class ChoiceOutput:
     def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any,
                  template_kwargs: dict[str, Any] | None = None, prompt_ids: list[int] | None = None,
-                 include_reasoning: bool = True, no_reasoning: bool = False, json_content: bool = False) -> None:
+                 include_reasoning: bool = True, no_reasoning: bool = False, json_content: bool = False,
+                 separate_reasoning: bool = True, stream_reasoning: bool = True) -> None:
         self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
         if parsers is not None:
             self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto",
                                              template_kwargs=template_kwargs, prompt_ids=prompt_ids,
-                                             no_reasoning=no_reasoning)
+                                             no_reasoning=no_reasoning, separate_reasoning=separate_reasoning)
         self.include_reasoning = include_reasoning  # false: the reasoning is read, and dropped
+        # SGLang's stream_reasoning false: streamed reasoning is held until it ends, then sent in one delta
+        self.held_reasoning: str | None = None if stream_reasoning else ""
         self.read_reasoning: str | None = None  # what the whole text had, shown or not (it is counted)
         self.escaper = JsonEscaper() if json_content else None  # constrained JSON content, as strict JSON
         self.called = False
@@ -88,12 +91,22 @@ class ChoiceOutput:
             parts.content = self.escaper.feed(parts.content)
         if not self.include_reasoning:
             parts.reasoning = None
+        if self.held_reasoning is not None:
+            self._hold_reasoning(parts, finished)
         if self.single_call:
             parts.tool_calls = [call for call in parts.tool_calls if call.index == 0]
         if parts.tool_calls:
             parts.tool_calls = one_entry_per_call(parts.tool_calls)
             self.called = True
         return parts
+
+    def _hold_reasoning(self, parts: MessageParts, finished: bool) -> None:
+        """The reasoning so far waits until something follows it (or the choice ends): then all of it goes."""
+        self.held_reasoning = (self.held_reasoning or "") + (parts.reasoning or "")
+        if parts.content or parts.tool_calls or finished:
+            parts.reasoning, self.held_reasoning = self.held_reasoning or None, ""
+        else:
+            parts.reasoning = None
 
     def reasoning_tokens(self, token_ids: list[int], reasoning: str | None) -> int | None:
         return self.parser.reasoning_tokens(token_ids, reasoning) if self.parser is not None else None

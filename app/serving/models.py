@@ -14,11 +14,18 @@ class ModelChoice:
     adapter: str | None = None  # a LoRA adapter of the generation engine
 
 
-def generation_model(pipeline: Pipeline, requested: str | None) -> ModelChoice:
+def generation_model(pipeline: Pipeline, requested: str | None, lora_path: str | None = None) -> ModelChoice:
+    """`lora_path` (SGLang's) names an adapter for a request whose `model` is a base model's name."""
     engine = pipeline.engine
     adapters = engine.adapters
     if requested is not None and requested in adapters:
         return ModelChoice(requested, adapter=requested)
+    if lora_path is not None:
+        if lora_path not in adapters:
+            raise bad_request(f"The LoRA adapter `{lora_path}` is not loaded. Loaded adapters: "
+                              f"{', '.join(adapters) or 'none'}.", "lora_path")
+        pipeline.compat.check_model(requested, engine.served_model_names)
+        return ModelChoice(requested or engine.served_model_names[0], adapter=lora_path)
     embedding = pipeline.embedding
     if requested is not None and embedding is not None and requested in embedding.served_model_names:
         raise bad_request(f"`{requested}` is an embedding model: POST /v1/embeddings serves it. This endpoint "

@@ -37,10 +37,12 @@ class ParserSet:
         return cls(tokenizer, *parser_classes(reasoning, tool), tool_name=tool)
 
     def for_choice(self, request: Any, use_tools: bool, template_kwargs: dict[str, Any] | None = None,
-                   prompt_ids: list[int] | None = None, no_reasoning: bool = False) -> "ChoiceParser | None":
+                   prompt_ids: list[int] | None = None, no_reasoning: bool = False,
+                   separate_reasoning: bool = True) -> "ChoiceParser | None":
         """A choice's parsers, built as vLLM's server builds them: the reasoning parser sees the chat
-        template kwargs (Qwen3 reads `enable_thinking` there), the tool parser the request's tools."""
-        reasoning = self.reasoning_parser(template_kwargs) if self.reasoning else None
+        template kwargs (Qwen3 reads `enable_thinking` there), the tool parser the request's tools.
+        `separate_reasoning` false (SGLang's) reads no reasoning: it stays in the content."""
+        reasoning = self.reasoning_parser(template_kwargs) if self.reasoning and separate_reasoning else None
         tool = self.tool(self.tokenizer, request.tools) if (self.tool and use_tools) else None
         if not (reasoning or tool):
             return None

@@ -11,7 +11,7 @@ from plugins.pipeline import Pipeline
 
 def check_common(pipeline: Pipeline, request: SamplingFields) -> ModelChoice:
     """Validate what both endpoints share; return the model (and LoRA adapter) the request names."""
-    model = generation_model(pipeline, request.model)
+    model = generation_model(pipeline, request.model, request.lora_path)
     refuse_unserved(request)
     temperature = request.temperature
     if temperature is None:

@@ -62,7 +62,7 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
             # vLLM returns the logprobs of exactly these tokens instead of the top ones
             logprobs=None if request.logprob_token_ids else logprobs,
             prompt_logprobs=prompt_logprobs,
-            include_stop_str_in_output=request.include_stop_str_in_output,
+            include_stop_str_in_output=request.include_stop_str_in_output or request.no_stop_trim,
             skip_special_tokens=request.skip_special_tokens,
             spaces_between_special_tokens=request.spaces_between_special_tokens,
             output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
@@ -101,8 +101,14 @@ def check_prompt_logprobs(request: SamplingFields) -> int | None:
 def render_options(request: SamplingFields, *, chat: bool, max_model_len: int, max_tokens: int | None,
                    detokenize: bool = False) -> RenderOptions:
     salt = request.cache_salt
+    if request.extra_key:  # SGLang's: the prefix cache's namespace, after cache_salt (as SGLang joins them)
+        salt = (salt or "") + request.extra_key
+        if len(salt) > 128:
+            raise bad_request("cache_salt and extra_key together must not exceed 128 characters.", "extra_key")
     if salt is not None and any(ch in salt for ch in _CACHE_SALT_FORBIDDEN):
-        raise bad_request("cache_salt must not contain '@', '/', '\\' or NUL.", "cache_salt")
+        param = "cache_salt" if request.cache_salt and any(c in request.cache_salt for c in _CACHE_SALT_FORBIDDEN) \
+            else "extra_key"
+        raise bad_request(f"{param} must not contain '@', '/', '\\' or NUL.", param)
     if request.truncation_side is not None and request.truncate_prompt_tokens is None:
         raise bad_request("truncation_side needs truncate_prompt_tokens: the number of prompt tokens to keep.",
                           "truncation_side")

@@ -16,6 +16,8 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
     response_format = getattr(request, "response_format", None)
     formatted = isinstance(response_format, (JsonObjectFormat, JsonSchemaFormat))
     own: StructuredOutputs | None = request.structured_outputs
+    if request.regex is not None or request.ebnf is not None or getattr(request, "json_schema", None) is not None:
+        own = _sglang_constraint(request, own, formatted or tool_schema is not None)
     if tool_schema is None and not formatted and own is None:
         return None  # the common case: unconstrained
     from vllm.sampling_params import StructuredOutputsParams
@@ -66,3 +68,20 @@ def _one_constraint(own: StructuredOutputs) -> dict[str, Any]:
     if value in ("", []) or (kind == "choice" and any(not isinstance(c, str) for c in value)):
         raise bad_request(f"structured_outputs.{kind} must not be empty.", f"structured_outputs.{kind}")
     return given
+
+
+# SGLang's top-level constraints, as vLLM's structured_outputs kinds.
+_SGLANG_KINDS = {"regex": "regex", "ebnf": "grammar", "json_schema": "json"}
+
+
+def _sglang_constraint(request: Any, own: StructuredOutputs | None, constrained: bool) -> StructuredOutputs:
+    """SGLang's `regex`, `ebnf` (an EBNF grammar) and, on completions, `json_schema` (a schema as text):
+    one constraint at most, as SGLang allows, not beside a response format, a forced tool or vLLM's own."""
+    given = {name: getattr(request, name) for name in _SGLANG_KINDS if getattr(request, name, None) is not None}
+    first = next(iter(given))
+    if len(given) > 1 or constrained:
+        raise bad_request("Only one of regex, json_schema, ebnf, response_format or a forced tool_choice can "
+                          "constrain the output.", first)
+    if own is not None:
+        raise bad_request(f"{first} and structured_outputs both constrain the output: send one of them.", first)
+    return StructuredOutputs(**{_SGLANG_KINDS[first]: given[first]})

@@ -27,7 +27,7 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
     if request.prompt is not None:
         options = RenderOptions(add_special_tokens=_or(request.add_special_tokens, True))
         [prompt] = await engine.render_completion([request.prompt], options)
-    else:
+    elif request.messages is not None:
         if request.add_generation_prompt and request.continue_final_message:
             raise bad_request("add_generation_prompt and continue_final_message cannot both be true: a reply "
                               "either starts or continues the last message.", "continue_final_message")
@@ -36,6 +36,7 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
             kwargs.setdefault("tools", msgspec.to_builtins(request.tools))
         template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                        continue_final_message=request.continue_final_message, kwargs=kwargs)
+        pipeline.compat.check_roles([message.role for message in request.messages])
         messages = without_none(msgspec.to_builtins(request.messages))
         prompt = await engine.render_chat(messages, template,
                                           RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))

@@ -17,6 +17,25 @@ UNSERVED: dict[str, tuple[Any, str]] = {
     "return_token_offsets": (None, "token offsets are only returned by vLLM's render endpoints"),
     "mm_payload": (None, "multimodal payloads are only returned by vLLM's render endpoints"),
     "return_mm_kwargs": (None, "multimodal payloads are only returned by vLLM's render endpoints"),
+    # SGLang's (with `sglang_fields: honour`; the vllm profile drops them as unknown fields)
+    "stop_regex": (None, "stop regexes are not served: send `stop` (strings) or `stop_token_ids`"),
+    "session_params": (None, "SGLang sessions are not served: send the whole conversation (`session_id` is "
+                             "passed to the engine)"),
+    "custom_logit_processor": (None, "custom logit processors are not served: `logit_bias`, `allowed_token_ids` "
+                                     "and `bad_words` shape the sampling"),
+    "custom_params": (None, "custom logit processors are not served: `logit_bias`, `allowed_token_ids` and "
+                            "`bad_words` shape the sampling"),
+    "return_hidden_states": (False, "hidden states are not returned"),
+    "return_routed_experts": (False, "routed-expert data is not returned"),
+    "return_cached_tokens_details": (False, "`usage.prompt_tokens_details.cached_tokens` says how many prompt "
+                                            "tokens the prefix cache held"),
+    "ngram_corpus_id": (None, "n-gram speculative decoding corpora are not served"),
+    "bootstrap_host": (None, "disaggregated prefill is not served"),
+    "bootstrap_port": (None, "disaggregated prefill is not served"),
+    "bootstrap_room": (None, "disaggregated prefill is not served"),
+    "disagg_prefill_dp_rank": (None, "disaggregated prefill is not served"),
+    "routed_dp_rank": (None, "this server does not route requests to a data-parallel rank"),
+    "data_parallel_rank": (None, "this server does not route requests to a data-parallel rank"),
 }
 CHAT_UNSERVED: dict[str, tuple[Any, str]] = {
     "echo": (False, "chat `echo` is not served: prepend the last message yourself"),
@@ -24,18 +43,25 @@ CHAT_UNSERVED: dict[str, tuple[Any, str]] = {
     "media_io_kwargs": (None, "the served model reads text only"),
     "mm_processor_kwargs": (None, "the served model reads text only"),
     "return_prompt_text": (None, "the rendered prompt text is not returned: POST /tokenize shows the prompt's tokens"),
+    # SGLang's
+    "input_ids": (None, "a chat prompt is rendered from `messages`: send token ids as the `prompt` of "
+                        "/v1/completions"),
+    "return_prompt_token_ids": (False, "send `return_token_ids`: the response then has `prompt_token_ids`"),
+    "return_meta_info": (False, "engine meta info is not returned: `usage` and `return_token_ids` tell what it "
+                                "would"),
+    "max_dynamic_patch": (None, "the served model reads text only"),
+    "min_dynamic_patch": (None, "the served model reads text only"),
 }
 EMBEDDING_UNSERVED: dict[str, tuple[Any, str]] = {
     "priority": (0, "embeddings are not scheduled by priority on this server"),
     "padding": (None, "padding the input is not served: it is embedded as tokenized"),
 }
-_FALSE_LIKE = {None: (None, False), False: (None, False)}
-
-
 def refuse_unserved(request: Any, table: dict[str, tuple[Any, str]] = UNSERVED) -> None:
     for name, (default, why) in table.items():
         value = getattr(request, name, default)
-        if value != default and value not in _FALSE_LIKE.get(default, ()):
+        # null and false both mean "off" where either is the default (0 is a value: a rank, a count)
+        unset = value is None or value is False if default is None or default is False else value == default
+        if not unset:
             raise bad_request(f"{name} is not supported by this server: {why}.", name)
     structured = getattr(request, "structured_outputs", None)
     if structured is not None and table is UNSERVED:

@@ -22,7 +22,9 @@ ContentPart = TextPart | ImagePart
 
 
 class ChatMessage(msgspec.Struct, kw_only=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # OpenAI's roles: system, developer, user, assistant, tool. Others are the compat profile's call
+    # (`message_roles`): refused, or handed to the chat template as they are (vLLM).
+    role: Annotated[str, Meta(min_length=1)]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
@@ -98,6 +100,15 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     media_io_kwargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
     return_prompt_text: bool | None = None
+    # SGLang's chat extras (`sglang_fields` in spec/profiles)
+    separate_reasoning: bool = True  # false: the reasoning stays in the content
+    stream_reasoning: bool = True  # false: streamed reasoning comes in one delta, once it ends
+    # ... not served: accepted at their defaults, refused otherwise
+    input_ids: list[int] | None = None
+    return_prompt_token_ids: bool = False
+    return_meta_info: bool = False
+    max_dynamic_patch: int | None = None
+    min_dynamic_patch: int | None = None
 
 
 class TopLogprob(msgspec.Struct):

@@ -20,6 +20,7 @@ TokenId = Annotated[int, Meta(ge=0)]
 LogitBias = Annotated[float, Meta(ge=-100.0, le=100.0)]
 # vLLM 0.32's limits; the salt must also be free of @ / \\ and NUL (serving/sampling.py says so).
 CacheSalt = Annotated[str, Meta(min_length=1, max_length=128)]
+RequestId = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[ -~]+$")]
 FinishReason = Literal["stop", "length", "abort", "tool_calls", "repetition"]
 
 
@@ -92,7 +93,8 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     vllm_xargs: dict[str, Any] | None = None
     # vLLM's request extras
     priority: Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)] = 0
-    request_id: Annotated[str, Meta(min_length=1)] | None = None  # the response id's base (X-Request-Id wins)
+    # The response id's base (X-Request-Id wins), echoed in the X-Request-Id header: printable ASCII.
+    request_id: RequestId | None = None
     session_id: str | None = None
     cache_salt: CacheSalt | None = None
     truncate_prompt_tokens: Annotated[int, Meta(ge=-1)] | None = None
@@ -109,6 +111,40 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     return_token_offsets: bool | None = None
     mm_payload: str | None = None
     return_mm_kwargs: bool | None = None
+    # SGLang's request extras (`sglang_fields` in spec/profiles: honoured, or ignored as vLLM ignores them).
+    regex: str | None = None
+    ebnf: str | None = None
+    no_stop_trim: bool = False  # the stop string stays in the output (vLLM's include_stop_str_in_output)
+    rid: RequestId | None = None  # SGLang's request_id
+    extra_key: str | None = None  # salts the prefix cache, after cache_salt
+    lora_path: str | None = None  # a loaded LoRA adapter's name
+    # ... and those Choir does not serve: accepted at their defaults, refused otherwise (serving/unserved.py)
+    stop_regex: str | list[str] | None = None
+    session_params: dict[str, Any] | None = None
+    custom_logit_processor: str | list[str | None] | None = None
+    custom_params: dict[str, Any] | None = None
+    return_hidden_states: bool | Literal["last"] = False
+    return_routed_experts: bool = False
+    return_cached_tokens_details: bool = False
+    ngram_corpus_id: str | list[str | None] | None = None
+    bootstrap_host: str | list[str] | None = None
+    bootstrap_port: int | list[int | None] | None = None
+    bootstrap_room: int | list[int | None] | None = None
+    routed_dp_rank: int | None = None
+    data_parallel_rank: int | None = None
+    disagg_prefill_dp_rank: int | None = None
+
+
+# SGLang's own request fields, on either endpoint (CompletionRequest and ChatCompletionRequest add theirs).
+SGLANG_FIELDS = frozenset({
+    "regex", "ebnf", "no_stop_trim", "rid", "extra_key", "lora_path", "stop_regex", "session_params",
+    "custom_logit_processor", "custom_params", "return_hidden_states", "return_routed_experts",
+    "return_cached_tokens_details", "ngram_corpus_id", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+    "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank",
+    "json_schema",  # completions
+    "separate_reasoning", "stream_reasoning", "input_ids", "return_prompt_token_ids", "return_meta_info",
+    "max_dynamic_patch", "min_dynamic_patch",  # chat
+})
 
 
 class CompletionTokensDetails(msgspec.Struct):

@@ -19,6 +19,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     suffix: str | None = None
     response_format: ResponseFormat | None = None  # vLLM takes it on completions too
     prompt_embeds: Any = None  # vLLM's; not served (refused when set)
+    json_schema: str | None = None  # SGLang's: the JSON schema (as text) the output must follow
 
 
 class CompletionLogprobs(msgspec.Struct):

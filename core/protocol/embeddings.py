@@ -5,6 +5,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from core.protocol.common import RequestId
+
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
@@ -18,7 +20,7 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     truncate_prompt_tokens: Annotated[int, Meta(ge=-1)] | None = None
     truncation_side: Literal["left", "right"] | None = None
     add_special_tokens: bool = True
-    request_id: Annotated[str, Meta(min_length=1)] | None = None
+    request_id: RequestId | None = None
     # base64's values (float32 is what the OpenAI SDK decodes) and their byte order
     embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
     endianness: Literal["native", "big", "little"] = "native"

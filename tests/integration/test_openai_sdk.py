@@ -177,3 +177,13 @@ def test_metrics_expose_vllms_engine_metrics_and_choirs(server, client, model):
                  'choir_requests_total{method="POST",route="createCompletion",status="200"}',
                  "choir_request_duration_seconds_bucket"):
         assert name in text, name
+
+
+def test_chat_continuous_usage_from_the_first_chunk(client, model):
+    chunks = list(client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=4, stream=True, extra_body={"ignore_eos": True},
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    prompt = chunks[-1].usage.prompt_tokens
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert (chunks[0].usage.prompt_tokens, chunks[0].usage.completion_tokens) == (prompt, 0)
+    assert chunks[-1].usage.completion_tokens == 4 and all(c.usage is not None for c in chunks)

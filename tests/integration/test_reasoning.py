@@ -103,6 +103,16 @@ def test_responses_emit_reasoning_items(rclient, reasoning_server):
     assert later.status in ("completed", "incomplete")
 
 
+def test_responses_take_chat_template_kwargs(rclient):
+    """As vLLM: thinking off in the template means no reasoning item, only a message."""
+    response = rclient.responses.create(model="choir-tiny", input="Think.", max_output_tokens=6,
+                                        extra_body=THINKING_OFF)
+    assert [item.type for item in response.output] == ["message"] and response.output_text
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+    thinking = rclient.responses.create(model="choir-tiny", input="Think.", max_output_tokens=6)
+    assert thinking.output[0].type == "reasoning"
+
+
 def test_responses_errors_name_the_responses_field(rclient):
     with pytest.raises(openai.BadRequestError) as raised:
         rclient.responses.create(model="choir-tiny", input="x", max_output_tokens=600)

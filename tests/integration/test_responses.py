@@ -70,3 +70,9 @@ def test_responses_store_true_is_tolerated(client, model):
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model=model, input="x", previous_response_id=response.id)
     assert raised.value.body["param"] == "previous_response_id"
+
+
+def test_tool_choice_auto_without_tools(client, model):
+    """OpenAI's default tool_choice, sent by SDKs and SGLang's own tests with no tools: a plain answer."""
+    response = client.responses.create(model=model, input="Hi", max_output_tokens=3, tool_choice="auto")
+    assert response.output[0].type == "message" and response.tool_choice == "auto"

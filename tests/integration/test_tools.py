@@ -2,9 +2,12 @@
 the JSON-schema constraint is what makes its gibberish parse."""
 
 import json
+from typing import Literal
 
 import jsonschema
+import openai
 import pytest
+from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.engine
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -143,3 +146,58 @@ def test_a_forced_call_with_the_default_budget(client, model):
         if choice.finish_reason == "tool_calls":
             for call in choice.message.tool_calls:
                 jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+class WeatherOptions(BaseModel):
+    unit: Literal["c", "f"]
+    days: int = Field(ge=1, le=7)
+
+
+class GetWeather(BaseModel):
+    """What the Agents SDK, instructor and pydantic-ai send: a nested model becomes `$defs` + `$ref`."""
+
+    city: str = Field(max_length=12)
+    options: WeatherOptions
+
+
+class GetTime(BaseModel):
+    zone: Literal["UTC", "CET"]
+
+
+PYDANTIC_TOOLS = [openai.pydantic_function_tool(GetWeather), openai.pydantic_function_tool(GetTime)]
+PYDANTIC_MODELS = {"GetWeather": GetWeather, "GetTime": GetTime}
+
+
+def test_pydantic_tools_with_definitions_and_tool_choice_required(client, model):
+    assert "$defs" in PYDANTIC_TOOLS[0]["function"]["parameters"]
+    finished = 0
+    for seed in range(4):
+        kwargs = dict(model=model, messages=MESSAGES, tools=PYDANTIC_TOOLS, tool_choice="required", seed=seed,
+                      max_tokens=ENOUGH)
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        assert choice.finish_reason in ("tool_calls", "length")
+        if choice.finish_reason == "tool_calls":
+            finished += 1
+            for call in choice.message.tool_calls:
+                PYDANTIC_MODELS[call.function.name].model_validate_json(call.function.arguments)
+        calls, finish = _assembled(client.chat.completions.create(stream=True, **kwargs))
+        assert finish == choice.finish_reason
+    assert finished
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_streamed_forced_call_has_one_entry_per_call_in_each_chunk(client, model, choice):
+    """OpenAI's shape, which instructor's partial streaming relies on: it reads a chunk's first entry
+    of an index only, so the call's header and its first argument text come in one entry."""
+    stream = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice=choice,
+                                            max_tokens=ENOUGH, seed=3, stream=True)
+    first_entries = ""
+    headers = 0
+    for chunk in stream:
+        entries = chunk.choices[0].delta.tool_calls or []
+        assert len({entry.index for entry in entries}) == len(entries)
+        for entry in entries:
+            headers += entry.id is not None
+            if entry.index == 0:
+                first_entries += entry.function.arguments or ""
+    assert headers >= 1 and first_entries.startswith("{")
