@@ -176,3 +176,61 @@ def test_parallel_tool_calls_false_keeps_the_first_call(client, fake_engine):
     assert list(assemble(chunks)["calls"]) == [0]
     both = client.post(CHAT, json={**body, "parallel_tool_calls": True}).json()["choices"][0]["message"]
     assert len(both["tool_calls"]) == 2
+
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}}, "required": ["answer"],
+          "additionalProperties": False}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+
+
+def _accepts(grammar_tag: str, text: str) -> bool:
+    """Whether xgrammar (vLLM's backend) takes `text`, whole, under the structural tag."""
+    import xgrammar
+
+    compiler = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tokenizer()))
+    matcher = xgrammar.GrammarMatcher(compiler.compile_structural_tag(grammar_tag))
+    return matcher.accept_string(text) and matcher.is_terminated() or matcher.accept_token(
+        tokenizer().eos_token_id) and matcher.is_terminated()
+
+
+@pytest.mark.parametrize("parallel", [None, False])
+def test_auto_with_a_response_format_calls_a_tool_or_answers_in_the_format(client, fake_engine, parallel):
+    """pydantic-ai's NativeOutput: the engine gets "a hermes call, or JSON in the schema" (xgrammar's
+    structural tag, built by vLLM's own hermes builder), and the output is read either way."""
+    use_parsers(client, fake_engine, tool="hermes")
+    body = {"messages": MESSAGES, "tools": TOOLS, "response_format": FORMAT,
+            **({"parallel_tool_calls": parallel} if parallel is not None else {})}
+    fake_engine.script = script(*token_pieces(CALL))
+    whole, chunks = whole_and_streamed(client, body)
+    check_call_answer(whole, chunks, 1, None)
+    constraint = fake_engine.calls[0].params.structured_outputs
+    assert constraint.structural_tag and constraint.json is None
+    tag = constraint.structural_tag
+    assert _accepts(tag, CALL) and _accepts(tag, '{"answer": "yes"}')
+    assert not _accepts(tag, "free text") and not _accepts(tag, '{"answer": "too long an answer"}')
+    assert _accepts(tag, CALL + CALL) is (parallel is None)
+    fake_engine.script = script(*token_pieces('{"answer": "yes"}'))
+    whole, chunks = whole_and_streamed(client, body)
+    message = whole["choices"][0]["message"]
+    assert json.loads(message["content"]) == {"answer": "yes"} and "tool_calls" not in message
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    assert json.loads(assemble(chunks)["content"]) == {"answer": "yes"}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_call_beside_a_response_format_is_the_answer(client, fake_engine, choice):
+    """instructor's RESPONSES_TOOLS: the forced call is the whole answer; the format has no text to shape."""
+    fake_engine.max_model_len = 4096
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": choice, "response_format": FORMAT}
+    response = client.post(CHAT, json=body)
+    assert response.status_code == 200, response.text
+    schema = fake_engine.calls[0].params.structured_outputs.json
+    assert schema == TOOLS[0]["function"]["parameters"] if isinstance(choice, dict) else schema["type"] == "array"
+
+
+def test_without_a_structural_tag_the_format_alone_applies(client, fake_engine):
+    """A parser vLLM has no structural-tag builder for: the format constrains the output, as in vLLM."""
+    use_parsers(client, fake_engine, tool="pythonic")
+    response = client.post(CHAT, json={"messages": MESSAGES, "tools": TOOLS, "response_format": FORMAT})
+    assert response.status_code == 200
+    assert fake_engine.calls[0].params.structured_outputs.json == ANSWER

@@ -90,6 +90,20 @@ def test_forced_function_call(client, fake_engine):
     assert json.loads(arguments) == {"city": "Paris"}
 
 
+def test_a_named_tool_beside_a_text_format(client, fake_engine):
+    """instructor's RESPONSES_TOOLS mode: text.format and a forced tool; the call is the answer."""
+    fake_engine.max_model_len = 2048
+    fake_engine.script = lambda prompt, params: ['{"city": ', '"Paris"}']
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    body = {"input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"},
+            "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}}}}
+    response = client.post(PATH, json=body)
+    assert response.status_code == 200, response.text
+    assert [item["type"] for item in response.json()["output"]] == ["function_call"]
+    events = events_of(client, body)
+    assert events[-1]["type"] == "response.completed"
+
+
 def test_text_format_json_schema_reaches_the_engine(client, fake_engine):
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     client.post(PATH, json={"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": schema}}})

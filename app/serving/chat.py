@@ -23,7 +23,7 @@ from app.serving.sampling import (
     resolve_max_tokens,
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from app.serving.structured import is_json, structured_outputs
+from app.serving.structured import calls_or_format, is_json, structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
 from core.compat import OperationCompat
@@ -37,6 +37,8 @@ from core.protocol.chat import (
     ChatCompletionResponse,
     ChatLogprobs,
     ImagePart,
+    JsonObjectFormat,
+    JsonSchemaFormat,
 )
 from core.protocol.common import FinishReason
 from plugins.aggregation import Aggregator, cached_tokens, usage
@@ -60,9 +62,15 @@ class ChatJob(Job):
         return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
                             first.prompt.token_ids, self.request.include_reasoning,
                             no_reasoning=first.options.reasoning_ended is True,
-                            json_content=is_json(first.params.structured_outputs),
+                            json_content=is_json(first.params.structured_outputs) or self.answers_in_json,
                             separate_reasoning=self.request.separate_reasoning,
                             stream_reasoning=self.request.stream_reasoning)
+
+    @property
+    def answers_in_json(self) -> bool:
+        """tool_choice auto with a JSON response format: what is not a call is JSON (a structural tag's branch)."""
+        return self.tools.kind == "auto" and isinstance(self.request.response_format,
+                                                        (JsonObjectFormat, JsonSchemaFormat))
 
     def shows_tokens(self, reader: ChoiceOutput) -> bool:
         """include_reasoning false hides a reasoning choice's tokens and logprobs too: they hold the reasoning."""
@@ -128,6 +136,9 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     constraint = structured_outputs(request, tools.schema)
+    parser_request = _parser_request(request, model.name) if parsers else None
+    if tools.kind == "auto" and is_json(constraint) and request.structured_outputs is None:
+        constraint = calls_or_format(constraint, parsers, parser_request)
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=ranking_logprobs(logprobs, candidates),
                                    prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
                                    structured_outputs=constraint)
@@ -138,7 +149,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=fan_out.choices([single], candidates or request.n), system_fingerprint=fingerprint,
                    keep=request.n if candidates else None, compat=compat, tools=tools, parsers=parsers,
-                   parser_request=_parser_request(request, model.name) if parsers else None, template_kwargs=kwargs)
+                   parser_request=parser_request, template_kwargs=kwargs)
 
 
 def _reasoning_for_engine(request: ChatCompletionRequest, parsers: ParserSet | None, kwargs: dict[str, Any],

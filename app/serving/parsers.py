@@ -7,6 +7,7 @@ whole-text parse, so that what a client assembles from the stream equals the non
 (a parser may hold back text that only looked like the start of a marker: it comes out then).
 """
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,30 @@ class ParserSet:
         # output the engine constrained from its first token (`no_reasoning`).
         ended = reasoning is not None and (no_reasoning or reasoning.is_reasoning_end(list(prompt_ids or [])))
         return ChoiceParser(reasoning, tool, request, reasoning_ended=ended)
+
+    def calls_or(self, request: Any, answer: Any) -> str | None:
+        """xgrammar's structural tag for "the tool parser's calls, or an answer in this format" (vLLM's
+        StructuredOutputsParams): what tool_choice `auto` beside a response format means. None where the
+        parser cannot describe its calls as a structural tag (vLLM's own builders, per parser)."""
+        model = getattr(self.tool, "structural_tag_model", None)
+        if model is None or not request.tools:
+            return None
+        from vllm.parser.abstract_parser import structured_outputs_to_format
+        from vllm.tool_parsers.structural_tag_registry import get_model_structural_tag, limit_to_single_tool_call
+        from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+        from xgrammar import StructuralTag
+        from xgrammar.structural_tag import OrFormat
+
+        # "required": the calls branch must hold a call (auto's would also allow free text); the arguments
+        # follow each tool's schema, as Choir's forced calls do.
+        calls = get_model_structural_tag(model=model, tools=request.tools, tool_choice="required", reasoning=False,
+                                         strict_level=ToolStrictLevel.PARAMETER)
+        if calls is None:
+            return None
+        if request.parallel_tool_calls is False:
+            limit_to_single_tool_call(calls)
+        tag = StructuralTag(format=OrFormat(elements=[calls.format, structured_outputs_to_format(answer)]))
+        return json.dumps(tag.model_dump())
 
     def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:
         assert self.reasoning is not None, "no reasoning parser is configured"

@@ -4,11 +4,14 @@ At most one of the three may constrain a request."""
 
 from typing import Any
 
+import structlog
+
 from core.errors import bad_request
 from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
 from core.protocol.common import StructuredOutputs
 from plugins.engine.vllm_errors import reraise
 
+log = structlog.get_logger("choir.structured")
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
@@ -48,6 +51,24 @@ def _constraint(own: StructuredOutputs | None, tool_schema: dict[str, Any] | Non
         raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
                           "output must follow.", "response_format.json_schema.schema")
     return {"json": response_format.json_schema.schema}
+
+
+def calls_or_format(constraint: Any, parsers: Any, parser_request: Any) -> Any:
+    """tool_choice `auto` with a response format (OpenAI serves it: the model calls a tool, or answers in the
+    format): the format alone would make every call impossible, so the engine gets "the tool parser's calls,
+    or the format" as a structural tag. A parser that cannot describe its calls so keeps the format alone,
+    as vLLM's server does."""
+    tag = parsers.calls_or(parser_request, constraint)
+    if tag is None:
+        log.warning("tool_choice auto with a response format: the tool parser has no structural tag, so the "
+                    "output follows the format and cannot call a tool", tool_parser=parsers.tool_name)
+        return constraint
+    from vllm.sampling_params import StructuredOutputsParams
+
+    try:
+        return StructuredOutputsParams(structural_tag=tag)
+    except Exception as exc:
+        reraise(exc)
 
 
 def is_json(constraint: Any) -> bool:

@@ -22,7 +22,6 @@ from core.protocol.chat import (
     DeltaToolCall,
     FunctionCall,
     NamedToolChoice,
-    TextFormat,
     ToolCall,
 )
 
@@ -57,8 +56,8 @@ def plan_tools(request: ChatCompletionRequest, tool_parser: str | None) -> ToolP
     template_tools = [{"type": "function", "function": _builtins(t.function)} for t in tools] or None
     if choice == "none":
         return ToolPlan("none", template_tools=template_tools)
-    if request.response_format is not None and not isinstance(request.response_format, TextFormat):
-        raise bad_request("response_format cannot be combined with tool_choice other than `none`.", "response_format")
+    # A forced call is the whole answer: a response_format beside it has no text to shape. With `auto` the
+    # model calls a tool or answers in the format (app/serving/structured.py, calls_or_format).
     parameters = {t.function.name: t.function.parameters or EMPTY_OBJECT for t in tools}
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
