@@ -54,8 +54,9 @@ _results: dict[str, dict[str, Any]] = {}
 
 class SuiteServer:
     """Stands in for vLLM's RemoteOpenAIServer (same constructor, same client helpers). The server starts
-    when the handle is made, as vLLM's does; its address is looked up on each use, so a handle stays good
-    while the pool runs another config in between."""
+    when the handle is first used, not when it is made (a fixture that makes two servers and uses one
+    starts one); its address is looked up on each use, so a handle stays good while the pool runs another
+    config in between."""
 
     DUMMY_API_KEY = "token-abc123"
 
@@ -69,7 +70,6 @@ class SuiteServer:
         self.config: ServerConfig = translate(MODE, SETTINGS, model, args, env_dict)
         self.uds = None
         self.show_hidden_metrics = False
-        POOL.acquire(self.config)
 
     def __enter__(self) -> "SuiteServer":
         return self
@@ -273,13 +273,31 @@ def talks_to_server(item: pytest.Item) -> bool:
     return any(_names_server(d.func) for defs in info.name2fixturedefs.values() for d in defs)
 
 
+def _fixture_params(item: pytest.Item) -> tuple[tuple[int, str, str], ...]:
+    """The values of the item's parametrized fixtures (which may pick one of a module's servers), the
+    wider-scoped first (pytest's own grouping of module-scoped parameters stays)."""
+    callspec = getattr(item, "callspec", None)
+    names = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if callspec is None:
+        return ()
+    rank = {"session": 0, "package": 1, "module": 2, "class": 3, "function": 4}
+    keyed = [(rank.get(str(names[k][-1].scope), 4), k, repr(v)) for k, v in callspec.params.items() if k in names]
+    return tuple(sorted(keyed))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests that reach no server; within a module, group the tests by the values of their
+    parametrized fixtures (stable otherwise), so that tests choosing among a module's servers through
+    one (`client` with params) do not switch servers at each test: one server runs at a time."""
     kept, dropped = [], []
     for item in items:
         (kept if talks_to_server(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    modules: dict[str | None, list[pytest.Item]] = {}
+    for item in kept:
+        modules.setdefault(_module(item), []).append(item)
+    items[:] = [item for group in modules.values() for item in sorted(group, key=_fixture_params)]
 
 
 def _module(item: pytest.Item | None) -> str | None:

@@ -20,6 +20,11 @@ BUNDLED_EMBEDDING_NAME = "choir-tiny-embed"
 # Engine flags for the bundled tiny model: small context and batch keep the CPU KV cache
 # (VLLM_CPU_KVCACHE_SPACE, GiB) small, and CUDA graphs are pointless for it.
 BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
+# JSON with no whitespace between tokens, so that a model cannot loop on it (vLLM allows any amount by
+# default; app/serving/json_bounds.py says the rest). Any --structured-outputs-config flag of the user's
+# replaces both (the flag needs the xgrammar or guidance backend).
+STRUCTURED_OUTPUT_ENGINE_ARGS = ("--structured-outputs-config.backend", "xgrammar",
+                                 "--structured-outputs-config.disable_any_whitespace", "true")
 BUNDLED_EMBEDDING_ENGINE_ARGS = ("--max-model-len", "512", "--max-num-seqs", "64", "--enforce-eager")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Engine flags Choir sets from its own settings (its serving side needs the same values).
@@ -90,7 +95,9 @@ class Settings:
         # The engine's structured outputs must know the reasoning parser to constrain only what follows
         # the reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
         reasoning = ("--reasoning-parser", self.reasoning_parser) if self.reasoning_parser else ()
-        defaults = _not_overridden([*platform_defaults, *model_defaults], self.engine_args)
+        structured = () if any(arg.startswith("--structured-outputs-config") for arg in self.engine_args) \
+            else STRUCTURED_OUTPUT_ENGINE_ARGS
+        defaults = _not_overridden([*platform_defaults, *model_defaults, *structured], self.engine_args)
         lora = ("--enable-lora",) if (self.lora_modules or self.allow_runtime_lora) else ()
         return ["--model", self.model, "--served-model-name", *self.served_model_names,
                 *_not_overridden(list(lora), self.engine_args), *defaults, *reasoning, *self.engine_args]

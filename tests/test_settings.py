@@ -37,6 +37,21 @@ def test_user_engine_args_come_last_and_replace_the_defaults(tmp_path):
     assert "--enforce-eager" in argv and argv[argv.index("--max-num-seqs") + 1] == "128"
 
 
+@pytest.mark.parametrize("user, expected", [
+    ("", ["--structured-outputs-config.backend", "xgrammar", "--structured-outputs-config.disable_any_whitespace",
+          "true"]),
+    ("--structured-outputs-config.backend guidance", ["--structured-outputs-config.backend", "guidance"]),
+    ("--structured-outputs-config.disable_any_whitespace=false", ["--structured-outputs-config.disable_any_whitespace"
+                                                                  "=false"]),
+    ("--structured-outputs-config '{\"backend\":\"outlines\"}'",
+     ["--structured-outputs-config", '{"backend":"outlines"}']),
+])
+def test_structured_outputs_bound_whitespace_unless_the_user_configures_them(tmp_path, user, expected):
+    argv = settings(tmp_path, CHOIR_ENGINE_ARGS=user).engine_argv()
+    assert [arg for i, arg in enumerate(argv) if arg.startswith("--structured-outputs-config")
+            or (i and argv[i - 1].startswith("--structured-outputs-config") and not arg.startswith("--"))] == expected
+
+
 def test_the_reasoning_parser_reaches_the_engine(tmp_path):
     argv = settings(tmp_path, CHOIR_REASONING_PARSER="qwen3").engine_argv()
     assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"

@@ -3,6 +3,7 @@ server would pass it, each refused one is a 400 naming it, and the answer carrie
 
 import pytest
 
+from app.serving.json_bounds import bounded_integers
 from app.serving.unserved import CHAT_UNSERVED, UNSERVED
 from tests.sse import sse_json
 
@@ -150,7 +151,8 @@ def test_completions_take_response_format(client, fake_engine):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     body = {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
     assert client.post(CMPL, json=body).status_code == 200
-    assert fake_engine.calls[0].params.structured_outputs.json == schema
+    # an integer the schema leaves unbounded gets JSON's safe range (app/serving/json_bounds.py)
+    assert fake_engine.calls[0].params.structured_outputs.json == bounded_integers(schema)
 
 
 @BOTH

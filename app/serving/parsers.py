@@ -7,7 +7,6 @@ whole-text parse, so that what a client assembles from the stream equals the non
 (a parser may hold back text that only looked like the start of a marker: it comes out then).
 """
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +52,7 @@ class ParserSet:
         ended = reasoning is not None and (no_reasoning or reasoning.is_reasoning_end(list(prompt_ids or [])))
         return ChoiceParser(reasoning, tool, request, reasoning_ended=ended)
 
-    def calls_or(self, request: Any, answer: Any) -> str | None:
+    def calls_or(self, request: Any, answer: Any) -> dict[str, Any] | None:
         """xgrammar's structural tag for "the tool parser's calls, or an answer in this format" (vLLM's
         StructuredOutputsParams): what tool_choice `auto` beside a response format means. None where the
         parser cannot describe its calls as a structural tag (vLLM's own builders, per parser)."""
@@ -75,7 +74,7 @@ class ParserSet:
         if request.parallel_tool_calls is False:
             limit_to_single_tool_call(calls)
         tag = StructuralTag(format=OrFormat(elements=[calls.format, structured_outputs_to_format(answer)]))
-        return json.dumps(tag.model_dump())
+        return tag.model_dump()
 
     def reasoning_parser(self, template_kwargs: dict[str, Any] | None = None) -> Any:
         assert self.reasoning is not None, "no reasoning parser is configured"

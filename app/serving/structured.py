@@ -2,10 +2,12 @@
 (json, regex, choice, grammar, json_object, structural_tag) → vLLM's StructuredOutputsParams.
 At most one of the three may constrain a request."""
 
+import json
 from typing import Any
 
 import structlog
 
+from app.serving.json_bounds import bounded_integers, bounded_tag
 from core.errors import bad_request
 from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
 from core.protocol.common import StructuredOutputs
@@ -44,13 +46,13 @@ def _constraint(own: StructuredOutputs | None, tool_schema: dict[str, Any] | Non
                               "structured_outputs")
         return _one_constraint(own)
     if tool_schema is not None:
-        return {"json": tool_schema}
+        return {"json": bounded_integers(tool_schema)}
     if isinstance(response_format, JsonObjectFormat):
         return {"json_object": True}
     if response_format.json_schema.schema is None:
         raise bad_request("response_format `json_schema` needs `json_schema.schema`: the JSON schema the "
                           "output must follow.", "response_format.json_schema.schema")
-    return {"json": response_format.json_schema.schema}
+    return {"json": bounded_integers(response_format.json_schema.schema)}
 
 
 def calls_or_format(constraint: Any, parsers: Any, parser_request: Any) -> Any:
@@ -66,7 +68,7 @@ def calls_or_format(constraint: Any, parsers: Any, parser_request: Any) -> Any:
     from vllm.sampling_params import StructuredOutputsParams
 
     try:
-        return StructuredOutputsParams(structural_tag=tag)
+        return StructuredOutputsParams(structural_tag=json.dumps(bounded_tag(tag)))
     except Exception as exc:
         reraise(exc)
 

@@ -201,3 +201,32 @@ def test_a_streamed_forced_call_has_one_entry_per_call_in_each_chunk(client, mod
             if entry.index == 0:
                 first_entries += entry.function.arguments or ""
     assert headers >= 1 and first_entries.startswith("{")
+
+
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+SWEEP_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}}},
+               {"type": "function", "function": {"name": "add", "parameters": ADD}}]
+
+
+@pytest.mark.parametrize("max_tokens", [200, 400])
+def test_forced_calls_do_not_loop_on_whitespace_or_digits(client, model, max_tokens):
+    """The report's sweep: n=2, temperature 1, seeds 0-5. vLLM's grammar let the random model write
+    whitespace until the budget ended (6 of 12 choices at 200 tokens); Choir's engine defaults allow none
+    between tokens and bound integers to JSON's safe range. What may still meet 200 tokens is content: a
+    choice that wrote four or more calls of 16-digit integers. With 400, every choice finishes."""
+    finished = 0
+    for seed in range(6):
+        chat = client.chat.completions.create(model=model, messages=MESSAGES, tools=SWEEP_TOOLS, n=2, seed=seed,
+                                              tool_choice="required", max_tokens=max_tokens, temperature=1)
+        for choice in chat.choices:
+            calls = choice.message.tool_calls or []
+            for call in calls[:-1] if choice.finish_reason == "length" else calls:
+                arguments = json.loads(call.function.arguments)
+                assert all(abs(value) < 2**53 for value in arguments.values() if isinstance(value, int))
+            if choice.finish_reason == "length":
+                assert len(calls) >= 4 and max_tokens == 200, calls
+                assert not any(run in call.function.arguments for call in calls for run in ("   ", "\n\n"))
+            else:
+                finished += 1
+    assert finished == 12 if max_tokens == 400 else finished >= 9
