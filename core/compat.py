@@ -64,6 +64,9 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Chat message roles: `openai` (system, developer, user, assistant, tool; others a 400) or `any`
     # (a custom role reaches the chat template as it is, as in vLLM's server).
     message_roles: Literal["openai", "any"] | None = None
+    # The event that ends a Responses stream cut short (max_output_tokens): OpenAI's own, or, as vLLM's
+    # server sends it, response.completed carrying status "incomplete".
+    incomplete_response_event: Literal["response.incomplete", "response.completed"] | None = None
 
 
 RULE_NAMES = frozenset(field.name for field in msgspec.structs.fields(Rules))

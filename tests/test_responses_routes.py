@@ -242,3 +242,62 @@ def test_cached_input_tokens(client, fake_engine):
     assert client.post(PATH, json={"input": "x"}).json()["usage"]["input_tokens_details"] == {"cached_tokens": 3}
     final = events_of(client, {"input": "x"})[-1]["response"]
     assert final["usage"]["input_tokens_details"] == {"cached_tokens": 3}
+
+
+@pytest.mark.parametrize("choice", [None, {"type": "function", "name": "get_weather"}])
+def test_an_output_that_ends_in_its_reasoning_has_only_the_reasoning(client, fake_engine, choice):
+    """As vLLM's server: no message without text and no call that never began, whole or streamed."""
+    from tests.test_parsers_routes import token_pieces, use_parsers
+
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
+    fake_engine.script = lambda prompt, params: token_pieces("<think>Still thinking about it")
+    body = {"input": "hi", "max_output_tokens": 3}
+    if choice:
+        body |= {"tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}],
+                 "tool_choice": choice}
+    whole = client.post(PATH, json=body).json()
+    assert [item["type"] for item in whole["output"]] == ["reasoning"] and whole["status"] == "incomplete"
+    events = events_of(client, body)
+    types = [e["type"] for e in events]
+    assert collapse(types) == ["response.created", "response.in_progress", *REASONING_EVENTS, "response.incomplete"]
+    assert [item["type"] for item in events[-1]["response"]["output"]] == ["reasoning"]
+
+
+def test_nothing_said_is_no_item(client, fake_engine):
+    fake_engine.script = lambda prompt, params: [""]
+    assert client.post(PATH, json={"input": "hi"}).json()["output"] == []
+    events = events_of(client, {"input": "hi"})
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
+
+
+def test_output_text_logprobs_whole_and_streamed(client, fake_engine):
+    body = {"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    response = client.post(PATH, json=body).json()
+    [part] = response["output"][0]["content"]
+    assert len(part["logprobs"]) == len("Hello world!") and response["top_logprobs"] == 2
+    first = part["logprobs"][0]
+    assert (first["token"], first["logprob"], first["bytes"]) == ("H", -0.5, [72])
+    assert [top["token"] for top in first["top_logprobs"]] == ["H", "\x01"] and "bytes" in first["top_logprobs"][0]
+    assert fake_engine.calls[0].params.logprobs == 2
+    events = events_of(client, body)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    streamed = [lp for e in deltas for lp in e["logprobs"]]
+    assert [lp["token"] for lp in streamed] == [lp["token"] for lp in part["logprobs"]]
+    assert "bytes" not in streamed[0] and set(streamed[0]["top_logprobs"][0]) == {"token", "logprob"}
+    final = events[-1]["response"]["output"][0]["content"][0]
+    assert final["logprobs"] == part["logprobs"]
+    plain = client.post(PATH, json={"input": "hi", "top_logprobs": 2}).json()
+    assert plain["output"][0]["content"][0]["logprobs"] == [] and plain["top_logprobs"] is None
+    assert fake_engine.calls[-1].params.logprobs is None
+
+
+def test_the_vllm_profile_ends_a_cut_stream_with_response_completed():
+    from tests.fakes import FakeEngine
+    from tests.test_compat import make_client
+
+    engine = FakeEngine(script=lambda prompt, params: ["a", "b", "c", "d"])
+    with make_client("vllm", engine=engine) as client:
+        events = events_of(client, {"input": "hi", "max_output_tokens": 2})
+    last = events[-1]
+    assert last["type"] == "response.completed" and last["response"]["status"] == "incomplete"
+    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}

@@ -172,11 +172,12 @@ def _parser_request(request: ChatCompletionRequest, model: str) -> Any:
     return VllmChatRequest.model_validate({**without_none(msgspec.to_builtins(request)), "model": model})
 
 
-def _logprobs(job: ChatJob, completion) -> ChatLogprobs | None:
+def choice_logprobs(job: ChatJob, completion: Any) -> ChatLogprobs | None:
     request = job.request
     if not request.logprobs:
         return None
-    top = None if request.logprob_token_ids else (request.top_logprobs or 0)  # those ids are all returned
+    # every candidate the engine returned: the ids of logprob_token_ids, or the vocabulary (-1)
+    top = None if request.logprob_token_ids or request.top_logprobs == -1 else (request.top_logprobs or 0)
     return ChatLogprobs(content=chat_logprobs(completion.token_ids, completion.logprobs or [], top,
                                               bool(request.return_tokens_as_token_ids)))
 
@@ -198,7 +199,8 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCount
             counted = reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning)
             reasoning_tokens = (reasoning_tokens or 0) + (counted or 0)
         shown = job.shows_tokens(reader)
-        answer = ChatChoice(index=choice.index, message=message, logprobs=_logprobs(job, completion) if shown else None,
+        answer = ChatChoice(index=choice.index, message=message,
+                            logprobs=choice_logprobs(job, completion) if shown else None,
                             finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
                             stop_reason=completion.stop_reason)
         if request.return_token_ids and shown:
@@ -255,8 +257,8 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
                     continue  # held back: e.g. the start of what may be a tool-call marker
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
                 delta = job.compat.delta({}, parts.content, parts.reasoning, parts.tool_calls)
-                chunk = ChatChunkChoice(index=choice.index, delta=delta,
-                                        logprobs=_logprobs(job, completion) if shown else None, finish_reason=finish)
+                chunk = ChatChunkChoice(index=choice.index, delta=delta, finish_reason=finish,
+                                        logprobs=choice_logprobs(job, completion) if shown else None)
                 if token_ids:
                     chunk.token_ids = list(completion.token_ids)
                 ready.append(frame(choice, chunk))

@@ -16,7 +16,10 @@ import msgspec
 
 from app.errors import error_for
 from app.serving.chat_output import MessageParts
+from core.protocol.chat import TokenLogprob
 from core.protocol.responses import (
+    DeltaLogprob,
+    DeltaTopLogprob,
     FunctionCallOutput,
     IncompleteDetails,
     InputTokensDetails,
@@ -50,6 +53,7 @@ class ResponseBuilder:
         self.reasoning: ReasoningOutput | None = None  # the reasoning item being streamed, if any
         self.text: OutputMessage | None = None  # the message item being streamed, if any
         self.calls: dict[int, FunctionCallOutput] = {}  # streamed tool calls by their delta index
+        self.pending: dict[int, Any] = {}  # a call's header, until its arguments begin (then it is an item)
 
     def response(self, status: ResponseStatus, **fields: Any) -> Response:
         request = self.request
@@ -59,20 +63,28 @@ class ResponseBuilder:
                         top_p=request.top_p, parallel_tool_calls=request.parallel_tool_calls is not False,
                         tool_choice=msgspec.to_builtins(request.tool_choice) if request.tool_choice else "auto",
                         tools=request.tools or [], reasoning=request.reasoning or msgspec.UNSET,
-                        metadata=request.metadata or msgspec.UNSET, **fields)
+                        metadata=request.metadata or msgspec.UNSET, top_logprobs=self._top_logprobs, **fields)
+
+    @property
+    def _top_logprobs(self) -> int | None:
+        return (self.job.request.top_logprobs or 0) if self.job.request.logprobs else None
 
     def final(self, parts: MessageParts, finish_reason: str | None, output_tokens: int,
-              reasoning_tokens: int | None, cached: int | None = None) -> Response:
+              reasoning_tokens: int | None, cached: int | None = None,
+              logprobs: list[TokenLogprob] | None = None) -> Response:
+        """Items for what was said, as vLLM's server makes them: no message without text, no call without
+        arguments (a forced call that never began). `logprobs`: every output token's."""
         status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         if parts.reasoning:
             self.output.append(ReasoningOutput(id=_item_id("rs"), status=status,
                                                content=[ReasoningText(text=parts.reasoning)]))
-        if parts.content or not parts.tool_calls:
+        if parts.content:
             self.output.append(OutputMessage(id=_item_id("msg"), status=status,
-                                             content=[OutputText(text=parts.content or "")]))
+                                             content=[OutputText(text=parts.content, logprobs=logprobs or [])]))
         for call in parts.tool_calls:
-            self.output.append(FunctionCallOutput(id=_item_id("fc"), call_id=call.id, name=call.function.name,
-                                                  arguments=call.function.arguments, status="completed"))
+            if call.function.arguments:
+                self.output.append(FunctionCallOutput(id=_item_id("fc"), call_id=call.id, name=call.function.name,
+                                                      arguments=call.function.arguments, status="completed"))
         return self._closing_response(status, output_tokens, reasoning_tokens, cached)
 
     def _closing_response(self, status: ItemStatus, output_tokens: int, reasoning_tokens: int | None,
@@ -97,7 +109,8 @@ class ResponseBuilder:
         return [self._event("response.created", response=self.response("in_progress")),
                 self._event("response.in_progress", response=self.response("in_progress"))]
 
-    def add(self, parts: MessageParts) -> list[Event]:
+    def add(self, parts: MessageParts, logprobs: list[TokenLogprob] | None = None) -> list[Event]:
+        """Events for what one engine output said; `logprobs`: its tokens', sent with its text."""
         events: list[Event] = []
         if parts.reasoning:
             if self.reasoning is None:
@@ -114,9 +127,11 @@ class ResponseBuilder:
                 events += self._open_text()
             text = self.text
             assert text is not None
-            text.content[0].text += parts.content
+            part = text.content[0]
+            part.text += parts.content
+            part.logprobs += logprobs or []
             events.append(self._event("response.output_text.delta", item_id=text.id, output_index=self._index(text),
-                                      content_index=0, delta=parts.content, logprobs=[]))
+                                      content_index=0, delta=parts.content, logprobs=_delta_logprobs(logprobs)))
         for call in parts.tool_calls:
             events += self._add_call(call)
         return events
@@ -127,11 +142,14 @@ class ResponseBuilder:
         events = self._close_reasoning(status) + self._close_text(status)
         for call in self.calls.values():
             events += self._close_call(call)
-        if not any(isinstance(item, (OutputMessage, FunctionCallOutput)) for item in self.output):
-            events += self._open_text() + self._close_text(status)  # nothing said: one (empty) message, as whole
-        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        # OpenAI ends an incomplete response with its own event; vLLM with response.completed (the profile's say)
+        kind = "response.completed" if status == "completed" else self.incomplete_event
         return [*events, self._event(kind, response=self._closing_response(status, output_tokens,
                                                                             reasoning_tokens, cached))]
+
+    @property
+    def incomplete_event(self) -> str:
+        return self.job.compat.rules.incomplete_response_event or "response.incomplete"
 
     def failed(self, error: Exception) -> Event:
         """The error as the client may see it: the message Choir's error mapping gives (a generic one,
@@ -179,17 +197,21 @@ class ResponseBuilder:
                 self._event("response.output_item.done", output_index=index, item=item)]
 
     def _add_call(self, call: Any) -> list[Event]:
+        """A call becomes an item once its arguments begin: one that never does is not said (as whole)."""
         events: list[Event] = []
         item = self.calls.get(call.index)
+        arguments = call.function.arguments if isinstance(call.function.arguments, str) else ""
         if item is None:
+            header = self.pending.setdefault(call.index, call)
+            if not arguments:
+                return events
             events += self._close_text("completed")  # a call after text ends the text
-            name = call.function.name if isinstance(call.function.name, str) else ""
-            item = FunctionCallOutput(id=_item_id("fc"), call_id=call.id or _item_id("call"), name=name,
+            name = header.function.name if isinstance(header.function.name, str) else ""
+            item = FunctionCallOutput(id=_item_id("fc"), call_id=header.id or _item_id("call"), name=name,
                                       arguments="", status="in_progress")
             self.calls[call.index] = item
             self.output.append(item)
             events.append(self._event("response.output_item.added", output_index=self._index(item), item=item))
-        arguments = call.function.arguments if isinstance(call.function.arguments, str) else ""
         if arguments:
             item.arguments += arguments
             events.append(self._event("response.function_call_arguments.delta", item_id=item.id,
@@ -202,3 +224,8 @@ class ResponseBuilder:
         return [self._event("response.function_call_arguments.done", item_id=item.id, output_index=index,
                             arguments=item.arguments),
                 self._event("response.output_item.done", output_index=index, item=item)]
+
+
+def _delta_logprobs(logprobs: list[TokenLogprob] | None) -> list[DeltaLogprob]:
+    return [DeltaLogprob(token=lp.token, logprob=lp.logprob, top_logprobs=[
+        DeltaTopLogprob(token=top.token, logprob=top.logprob) for top in lp.top_logprobs]) for lp in logprobs or ()]

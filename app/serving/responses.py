@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from app.serving.chat import ChatJob, plan_chat
+from app.serving.chat import ChatJob, choice_logprobs, plan_chat
 from app.serving.counts import TokenCounts
 from app.serving.response_events import ResponseBuilder
 from app.serving.streaming import Outbox, named_frame
@@ -29,6 +29,7 @@ from core.protocol.responses import (
 from plugins.aggregation import Aggregator, cached_tokens
 from plugins.pipeline import Pipeline
 
+LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for them
 _ITEM_TYPES = {"message": InputMessage, "function_call": FunctionCallInput,
                "function_call_output": FunctionCallOutputInput, "reasoning": ReasoningInput}
 # The chat fields a Responses request sets, by their Responses names: an error about one names the
@@ -71,6 +72,8 @@ def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
                             "user": request.user, "include_reasoning": request.include_reasoning,
                             "reasoning_effort": request.reasoning.effort if request.reasoning else None,
                             "chat_template_kwargs": request.chat_template_kwargs}
+    if LOGPROBS in (request.include or ()):
+        body["logprobs"], body["top_logprobs"] = True, request.top_logprobs
     if request.tools:
         body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                            "parameters": t.parameters, "strict": t.strict}}
@@ -143,9 +146,11 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
     reader = job.output()
     parts = reader.whole(completion.text)
     counts.completion_tokens = len(completion.token_ids)
+    logprobs = choice_logprobs(job, completion) if job.shows_tokens(reader) else None
     return builder.final(parts, completion.finish_reason, len(completion.token_ids),
                          reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning),
-                         cached_tokens(job.choices, [output.num_cached_tokens]))
+                         cached_tokens(job.choices, [output.num_cached_tokens]),
+                         logprobs.content if logprobs else None)
 
 
 async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder,
@@ -166,7 +171,8 @@ async def stream_response(aggregator: Aggregator, job: ChatJob, builder: Respons
                 tokens += completion.token_ids
                 finished += output.finished
                 parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
-                events += builder.add(parts)
+                logprobs = choice_logprobs(job, completion) if job.shows_tokens(reader) else None
+                events += builder.add(parts, logprobs.content if logprobs else None)
                 if completion.finish_reason is not None:
                     counts.completion_tokens = len(tokens)
                     events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens(),

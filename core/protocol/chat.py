@@ -82,7 +82,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
-    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    # -1: every token of the vocabulary (vLLM's); the engine's --max-logprobs bounds it (default 20)
+    top_logprobs: Annotated[int, Meta(ge=-1)] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None

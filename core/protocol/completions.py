@@ -14,7 +14,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     # allows one array type per union, so the list forms are checked in serving/prompts.py.
     prompt: str | list[Any]
     max_tokens: MaxTokens | None = 16
-    logprobs: Annotated[int, Meta(ge=0)] | None = None
+    logprobs: Annotated[int, Meta(ge=-1)] | None = None  # -1: the whole vocabulary, within --max-logprobs
     echo: bool = False
     suffix: str | None = None
     response_format: ResponseFormat | None = None  # vLLM takes it on completions too

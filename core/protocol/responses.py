@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from core.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat
+from core.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat, TokenLogprob
 
 
 class InputText(msgspec.Struct, tag_field="type", tag="input_text"):
@@ -115,6 +115,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     reasoning: ReasoningConfig | None = None
     include_reasoning: bool = True  # vLLM's: false drops the reasoning items (the tokens are still counted)
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: what the chat template is given besides input
+    # "message.output_text.logprobs" returns each output token's logprob (and `top_logprobs` alternatives);
+    # Choir has nothing to add for the other values OpenAI defines, which are accepted.
+    include: list[str] | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     # OpenAI's default is true; Choir stores nothing and says so: the response echoes `store: false`.
     store: bool | None = None
     previous_response_id: str | None = None
@@ -129,7 +133,20 @@ ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=True):
     text: str
     annotations: list[Any] = []
-    logprobs: list[Any] = []
+    logprobs: list[TokenLogprob] = []  # with include ["message.output_text.logprobs"]
+
+
+class DeltaTopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+
+
+class DeltaLogprob(msgspec.Struct):
+    """A streamed text delta's token: OpenAI's events carry no `bytes`."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[DeltaTopLogprob]
 
 
 class OutputMessage(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
@@ -199,6 +216,7 @@ class Response(msgspec.Struct, kw_only=True):
     parallel_tool_calls: bool = True
     tool_choice: Any = "auto"
     tools: list[FunctionTool] = []
+    top_logprobs: int | None = None
     store: bool = False
     text: TextConfig | UnsetType = UNSET
     reasoning: ReasoningConfig | UnsetType = UNSET
@@ -219,4 +237,4 @@ class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     delta: str | UnsetType = UNSET
     text: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
-    logprobs: list[Any] | UnsetType = UNSET
+    logprobs: list[DeltaLogprob] | UnsetType = UNSET

@@ -94,6 +94,10 @@ class VllmEngine(VllmBase):
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
         kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
                   "continue_final_message": template.continue_final_message}
+        if options.add_special_tokens:
+            # The template renders text, then the tokenizer adds its special tokens (bos), as vLLM's server
+            # does; a template that tokenizes by itself never adds them.
+            kwargs["tokenize"] = False
         params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
         tok_params, extras = self._tokenize(options), prompt_extras(options)
         try:

@@ -15,10 +15,11 @@ KEY = "sk-choir-test"
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     """A second server: the vllm profile, protected by an API key, with vLLM's hermes tool parser and
-    deepseek_r1 reasoning parser."""
+    deepseek_r1 reasoning parser, and logprobs for the whole vocabulary allowed (--max-logprobs -1)."""
     server = start_server(tmp_path_factory.mktemp("vllm") / "server.log",
                           env={"CHOIR_COMPAT": "vllm", "CHOIR_API_KEY": f"other-key,{KEY}",
-                               "CHOIR_TOOL_PARSER": "hermes", "CHOIR_REASONING_PARSER": "deepseek_r1"})
+                               "CHOIR_TOOL_PARSER": "hermes", "CHOIR_REASONING_PARSER": "deepseek_r1",
+                               "CHOIR_ENGINE_ARGS": "--max-logprobs -1"})
     yield server
     server.stop()
 
@@ -139,3 +140,13 @@ def test_auto_tool_choice_with_a_tool_parser(vllm_client):
         tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
     choice = chat.choices[0]
     assert choice.finish_reason == "length" and not choice.message.tool_calls  # no call in random text
+
+
+def test_minus_one_top_logprobs_under_max_logprobs_minus_one(vllm_client):
+    chat = vllm_client.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=2, logprobs=True,
+                                               top_logprobs=-1, extra_body={"ignore_eos": True})
+    positions = chat.choices[0].logprobs.content
+    assert len(positions) == 2
+    assert all(len(position.top_logprobs) > 700 for position in positions)  # the tiny model's whole vocabulary
+    completion = vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=1, logprobs=-1)
+    assert len(completion.choices[0].logprobs.top_logprobs[0]) > 700

@@ -175,3 +175,26 @@ def test_tokenizer_routes(server):
     chat = httpx.post(f"{base}/tokenize", json={"messages": MESSAGES}).json()
     usage = httpx.post(f"{base}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1}).json()["usage"]
     assert chat["count"] == usage["prompt_tokens"]
+    # As vLLM: the tokenizer adds its bos to the rendered template (which writes its own): one more token.
+    special = httpx.post(f"{base}/tokenize", json={"messages": MESSAGES, "add_special_tokens": True}).json()
+    assert special["tokens"] == [tokenized["tokens"][0], *chat["tokens"]]
+    usage = httpx.post(f"{base}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1,
+                                                           "add_special_tokens": True}).json()["usage"]
+    assert usage["prompt_tokens"] == special["count"]
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_minus_one_logprobs_is_the_whole_vocabulary_within_max_logprobs(client, model, endpoint):
+    """vLLM's -1: every token's logprob. The engine's --max-logprobs (20 by default) bounds it: a 400
+    naming `logprobs`, as vLLM's server says it (before the stream starts, where vLLM sends it inside)."""
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as raised:
+            if endpoint == "chat":
+                list(client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
+                                                    max_tokens=2, logprobs=True, top_logprobs=-1, stream=stream)
+                     if stream else [client.chat.completions.create(
+                         model=model, messages=[{"role": "user", "content": "x"}], max_tokens=2, logprobs=True,
+                         top_logprobs=-1)])
+            else:
+                client.completions.create(model=model, prompt="x", max_tokens=2, logprobs=-1, stream=stream)
+        assert raised.value.body["param"] == "logprobs" and "max allowed: 20" in raised.value.body["message"]
