@@ -37,11 +37,12 @@ class Settings:
     base_model: str
     models: dict[str, str]  # Hugging Face repo id → bundled model directory
 
-    def local_model(self, model: str) -> str:
-        if model in self.models:
-            return str((ROOT / self.models[model]).resolve())
-        if Path(model).is_dir():
-            return str(Path(model).resolve())
+    def served_model(self, model: str) -> str:
+        """What the server loads for the test's `model`: a listed name as is (the offline Hugging Face cache
+        the runner sets up resolves it to the bundled files, so `/v1/models` shows the name the test
+        expects), a directory as is, anything else the base model."""
+        if model in self.models or Path(model).is_dir():
+            return model
         return str((ROOT / self.base_model).resolve())
 
 
@@ -135,7 +136,7 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
               ) -> ServerConfig:
     """The server for `RemoteOpenAIServer(model, args, env_dict=env_dict)` in `mode` (`choir` or `vllm`)."""
     _, engine_options = _option_tables()
-    local_model = settings.local_model(model)
+    served_model = settings.served_model(model)
     names: list[str] = [model]
     engine: list[str] = []  # the test's engine flags both servers get
     frontend: list[str] = []  # the test's front-end flags, for vLLM
@@ -175,12 +176,13 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
     engine_args = [*settings.engine_args, *engine]
     if mode == "vllm":
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # as vLLM's RemoteOpenAIServer sets it
-        command = [sys.executable, "-m", VLLM_SERVER, "--model", local_model, "--served-model-name", *names,
-                   *frontend, *engine_args, "--host", "127.0.0.1", "--disable-uvicorn-access-log"]
+        naming = [] if names == [served_model] else ["--served-model-name", *names]
+        command = [sys.executable, "-m", VLLM_SERVER, "--model", served_model, *naming, *frontend, *engine_args,
+                   "--host", "127.0.0.1", "--disable-uvicorn-access-log"]
         return ServerConfig(mode, tuple(command), tuple(sorted(env.items())))
     choir_env.update({
         "CHOIR_COMPAT": "vllm",
-        "CHOIR_MODEL": local_model,
+        "CHOIR_MODEL": served_model,
         "CHOIR_SERVED_MODEL_NAME": ",".join(names),
         "CHOIR_ENGINE_ARGS": shlex.join(engine_args),
         "CHOIR_LOG_LEVEL": "warning",

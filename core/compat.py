@@ -9,6 +9,7 @@ here too, in one place.
 """
 
 import hashlib
+import typing
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -21,16 +22,27 @@ from msgspec import UNSET, Meta
 
 from core.errors import APIError, bad_request
 from core.protocol import parse_strict
-from core.protocol.chat import AssistantMessage, Delta
+from core.protocol.chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    Delta,
+)
 from core.protocol.common import SGLANG_FIELDS
+from core.protocol.completions import CompletionChoice
 from core.settings import SettingsError
 
 GREEDY_TEMPERATURE = 1e-5  # below this vLLM samples greedily
 log = structlog.get_logger("choir.compat")
 # The delta keys a profile may make always present: those whose wire type is a string or null.
 DeltaKey = Literal["content", "reasoning_content", "reasoning"]
+_NONE: dict[str, Any] = {}
 OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool")
 T = TypeVar("T")
+NULLABLE_TYPES: dict[str, type] = {wire_type.__name__: wire_type for wire_type in (
+    CompletionChoice, ChatChoice, ChatCompletionResponse, ChatChunkChoice, ChatCompletionChunk)}
 
 
 class UnknownModel(msgspec.Struct, forbid_unknown_fields=True):
@@ -67,6 +79,30 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The event that ends a Responses stream cut short (max_output_tokens): OpenAI's own, or, as vLLM's
     # server sends it, response.completed carrying status "incomplete".
     incomplete_response_event: Literal["response.incomplete", "response.completed"] | None = None
+    # Fields sent as null when they carry nothing (vLLM's server sends every field of its models), by wire
+    # type: {"CompletionChoice": ["token_ids", ...]}. Without the rule they are left out.
+    null_fields: dict[str, list[str]] | None = None
+    # A completions prompt given as token ids, echoed: `keep` its special tokens (`<s>The capital`, as vLLM)
+    # or `skip` them (`The capital`, as SGLang). A text prompt is echoed as it was sent.
+    echo_special_tokens: Literal["keep", "skip"] | None = None
+    # GET /v1/models' `root` for a served name: the model's `path` (vLLM) or the `served_name` (SGLang).
+    model_root: Literal["path", "served_name"] | None = None
+
+    def __post_init__(self) -> None:
+        for type_name, names in (self.null_fields or {}).items():
+            wire_type = NULLABLE_TYPES.get(type_name)
+            if wire_type is None:
+                raise ValueError(f"{type_name!r} is not a response type ({', '.join(NULLABLE_TYPES)})")
+            nullable = {field.name for field in msgspec.structs.fields(wire_type)
+                        if field.default is UNSET and _allows_none(field.type)}
+            unknown = sorted(set(names) - nullable)
+            if unknown:
+                raise ValueError(f"{type_name} has no optional field {', '.join(unknown)} that may be null "
+                                 f"(those: {', '.join(sorted(nullable))})")
+
+
+def _allows_none(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
 
 
 RULE_NAMES = frozenset(field.name for field in msgspec.structs.fields(Rules))
@@ -204,6 +240,14 @@ class OperationCompat:
         if reads_reasoning:
             setattr(message, self.reasoning_field, reasoning)
         return message
+
+    def nulls(self, wire_type: type) -> dict[str, Any]:
+        """The fields of `wire_type` to send as null unless set (the profile's `null_fields`)."""
+        return self._nulls.get(wire_type.__name__, _NONE)
+
+    @cached_property
+    def _nulls(self) -> dict[str, dict[str, Any]]:
+        return {name: dict.fromkeys(fields) for name, fields in (self.rules.null_fields or {}).items()}
 
     @cached_property
     def _always(self) -> dict[str, Any]:

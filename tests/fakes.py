@@ -69,7 +69,7 @@ class FakeEngine:
         for p in prompts:
             ids = ([BOS] if options.add_special_tokens else []) + encode(p) if isinstance(p, str) else list(p)
             ids = _truncated(ids, options)
-            out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else decode(ids), engine_input=ids))
+            out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else self.detokenize(ids), engine_input=ids))
         return out
 
     async def render_chat(self, messages, template: ChatTemplateOptions,
@@ -86,8 +86,9 @@ class FakeEngine:
     def token_strings(self, token_ids: list[int]) -> list[str]:
         return ["<s>" if i == BOS else decode([i]) for i in token_ids]
 
-    def detokenize(self, token_ids: list[int]) -> str:
-        return decode(token_ids)
+    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return decode(token_ids) if skip_special_tokens else "".join(
+            "<s>" if i == BOS else decode([i]) for i in token_ids)
 
     def token_pieces(self, token_ids: list[int]) -> list[str]:
         return self.token_strings(token_ids)

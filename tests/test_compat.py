@@ -170,3 +170,68 @@ def test_a_profile_may_reject_unknown_fields(tmp_path):
         error = response.json()["error"]
         assert response.status_code == 400 and error["param"] == "frobnicate" and "`frobnicate`" in error["message"]
         assert client.post(CHAT, json={"messages": MESSAGES, "top_k": 3}).status_code == 200  # vLLM's fields are known
+
+
+@pytest.mark.parametrize("path, body, where", [
+    ("/v1/completions", {"prompt": "x"}, lambda obj: obj["choices"][0]),
+    (CHAT, {"messages": MESSAGES}, lambda obj: obj),
+])
+def test_null_fields(profile_client, path, body, where):
+    """vLLM's server sends its vLLM-only fields as null when they carry nothing; the default profile
+    leaves them out. Asked for, they carry their values in both."""
+    profile, client = profile_client
+    plain = client.post(path, json=body).json()
+    keys = ("token_ids", "prompt_token_ids", "prompt_logprobs") if path != CHAT else ("prompt_token_ids",
+                                                                                     "prompt_logprobs")
+    if profile == "vllm":
+        assert all(where(plain)[key] is None for key in keys)
+        assert path != CHAT or plain["choices"][0]["token_ids"] is None
+    else:
+        assert not any(key in where(plain) for key in keys)
+    chunks, _ = sse_json(client.post(path, json={**body, "stream": True}).text)
+    choices = [chunk["choices"][0] for chunk in chunks]
+    if path == CHAT:
+        assert ("prompt_token_ids" in chunks[0]) is (profile == "vllm")
+        assert all(("token_ids" in choice) is (profile == "vllm") for choice in choices[1:])
+    else:
+        assert all(("token_ids" in choice) is (profile == "vllm") for choice in choices)
+    asked = client.post(path, json={**body, "return_token_ids": True}).json()
+    assert isinstance((asked["choices"][0] if path != CHAT else asked)["prompt_token_ids"], list)
+
+
+def test_null_fields_are_checked_at_start_up(tmp_path):
+    from app.asgi import create_app
+
+    for bad, says in (("{Nope: [a]}", "Nope"), ("{CompletionChoice: [text]}", "text"),
+                      ("{ChatChoice: [tokens_ids]}", "tokens_ids")):
+        (spec_dir := spec_copy(tmp_path / says))
+        (spec_dir / "profiles" / "bad.yaml").write_text(f"extends: vllm\nrules:\n  null_fields: {bad}\n")
+        with pytest.raises(SystemExit) as raised:
+            create_app(Settings(), spec=SpecConfig(spec_dir, "bad"))
+        assert says in str(raised.value) and "null_fields" in str(raised.value)
+
+
+def test_a_token_prompt_is_echoed_without_special_tokens_under_sglang(profile_client):
+    profile, client = profile_client
+    body = {"prompt": [0, *[ord(c) + 3 for c in "The capital"]], "echo": True, "max_tokens": 1}
+    text = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    assert text.startswith("The capital" if profile == "sglang" else "<s>The capital")
+    chunks, _ = sse_json(client.post("/v1/completions", json={**body, "stream": True}).text)
+    assert chunks[0]["choices"][0]["text"] == text[:len(chunks[0]["choices"][0]["text"])]
+    words = client.post("/v1/completions", json={**body, "prompt": "The capital"}).json()["choices"][0]["text"]
+    assert words.startswith("The capital")  # a text prompt is echoed as sent
+
+
+def test_model_root(profile_client):
+    profile, client = profile_client
+    [card] = client.get("/v1/models").json()["data"]
+    assert card["root"] == ("fake-model" if profile == "sglang" else "/models/fake")
+    assert client.get("/v1/models/fake-model").json()["root"] == card["root"]
+
+
+def test_logit_bias_names_every_bad_key(profile_client):
+    _, client = profile_client
+    response = client.post(CHAT, json={"messages": MESSAGES, "logit_bias": {"a": 1, "5": 2, "x y": 3, "-1": 4}})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "logit_bias"
+    assert all(repr(key) in error["message"] for key in ("a", "x y", "-1")) and "'5'" not in error["message"]

@@ -62,7 +62,7 @@ def test_an_operation_listing_a_rule_the_profile_lacks_does_not_start(tmp_path, 
     from core.settings import Settings
     from plugins.spec import SpecConfig
 
-    profiles = profiles_with(tmp_path, "rules:\n  greedy_n: allow\n", "bare")
+    profiles = profiles_with(tmp_path, "rules:\n  greedy_n: allow\n  model_root: path\n", "bare")  # /v1/models'
     spec = profiles.parent / "openapi.yaml"
     text, count = re.subn(r"operationId: createCompletion\n      x-choir-rules:\n(      - \w+\n)+",
                           f"operationId: createCompletion\n      x-choir-rules: {rules}\n", spec.read_text())

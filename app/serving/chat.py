@@ -50,7 +50,6 @@ from plugins.pipeline import Pipeline
 @dataclass(frozen=True, kw_only=True)
 class ChatJob(Job):
     request: ChatCompletionRequest
-    compat: OperationCompat  # shapes messages and deltas (where reasoning goes, what every delta carries)
     tools: ToolPlan
     parsers: ParserSet | None = None
     parser_request: Any = None  # the request as vLLM's parsers expect it
@@ -202,12 +201,13 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCount
         answer = ChatChoice(index=choice.index, message=message,
                             logprobs=choice_logprobs(job, completion) if shown else None,
                             finish_reason=_finish_reason(job, completion.finish_reason, reader.called),
-                            stop_reason=completion.stop_reason)
+                            stop_reason=completion.stop_reason, **job.compat.nulls(ChatChoice))
         if request.return_token_ids and shown:
             answer.token_ids = list(completion.token_ids)
         rendered.append(answer)
     response = ChatCompletionResponse(**job.envelope, choices=rendered,
-                                      usage=usage(job.choices, counts.completion_tokens, reasoning_tokens, cached))
+                                      usage=usage(job.choices, counts.completion_tokens, reasoning_tokens, cached),
+                                      **job.compat.nulls(ChatCompletionResponse))
     if request.return_token_ids:
         response.prompt_token_ids = list(job.choices[0].prompt.token_ids)
     if request.prompt_logprobs is not None:
@@ -231,6 +231,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
     readers = {choice.index: job.output() for choice in job.choices}  # per-choice parser state
     frames, outbox = ChunkFrames(ChatCompletionChunk, job.envelope), Outbox(len(job.choices))
     started: set[int] = set()
+    nulls = job.compat.nulls(ChatChunkChoice)
 
     def frame(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
         return frames.frame(choice_chunk, usage([choice], generated[choice.index]) if plan.continuous_usage else None)
@@ -258,7 +259,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
                 finish = _finish_reason(job, completion.finish_reason, reader.called)
                 delta = job.compat.delta({}, parts.content, parts.reasoning, parts.tool_calls)
                 chunk = ChatChunkChoice(index=choice.index, delta=delta, finish_reason=finish,
-                                        logprobs=choice_logprobs(job, completion) if shown else None)
+                                        logprobs=choice_logprobs(job, completion) if shown else None, **nulls)
                 if token_ids:
                     chunk.token_ids = list(completion.token_ids)
                 ready.append(frame(choice, chunk))
@@ -279,6 +280,7 @@ def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice, continuous_u
     continuous usage stats the prompt's count (nothing generated yet)."""
     first = ChatChunkChoice(index=choice.index, delta=job.compat.delta({"role": "assistant", "content": ""}))
     running = usage([choice], 0) if continuous_usage else None
-    if not job.request.return_token_ids:
-        return frames.frame(first, running)
-    return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids), usage=running)
+    if job.request.return_token_ids:
+        return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids), usage=running)
+    nulls = job.compat.nulls(ChatCompletionChunk)
+    return frames.frame_with(first, usage=running, **nulls) if nulls else frames.frame(first, running)

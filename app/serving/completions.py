@@ -4,6 +4,8 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+import msgspec
+
 from app.serving.best_of import best_of_candidates, keep_best, ranking_logprobs
 from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
@@ -23,7 +25,7 @@ from app.serving.structured import is_json, structured_outputs
 from core.errors import bad_request
 from core.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from plugins.aggregation import Aggregator, cached_tokens, usage
-from plugins.engine.protocol import Engine
+from plugins.engine.protocol import Engine, Prompt
 from plugins.fanout import Choice, PromptRequest
 from plugins.pipeline import Pipeline
 
@@ -53,6 +55,9 @@ async def plan_completion(pipeline: Pipeline, request: CompletionRequest, respon
     render = render_options(request, chat=False, max_model_len=engine.max_model_len, max_tokens=requested,
                             detokenize=request.echo)
     prompts = await engine.render_completion(raw_prompts, render)
+    if request.echo and compat.rules.echo_special_tokens == "skip":
+        prompts = [_without_special_tokens(engine, prompt) if isinstance(raw, list) else prompt
+                   for raw, prompt in zip(raw_prompts, prompts, strict=True)]
     constraint = structured_outputs(request)
     options = generate_options(request, engine.priority_scheduling, adapter=model.adapter)
     requests = []
@@ -69,7 +74,12 @@ async def plan_completion(pipeline: Pipeline, request: CompletionRequest, respon
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
     return CompletionJob(request=request, model=model.name, response_id=response_id, created=created,
                          choices=fan_out.choices(requests, candidates or request.n), system_fingerprint=fingerprint,
-                         echo_only=requested == 0, keep=request.n if candidates else None)
+                         echo_only=requested == 0, keep=request.n if candidates else None, compat=compat)
+
+
+def _without_special_tokens(engine: Engine, prompt: Prompt) -> Prompt:
+    """A token-id prompt echoed as SGLang echoes it: its text without special tokens (no `<s>`)."""
+    return msgspec.structs.replace(prompt, text=engine.detokenize(prompt.token_ids, skip_special_tokens=True))
 
 
 class _ChoiceText:
@@ -107,7 +117,8 @@ class _ChoiceText:
         if logprobs is None and self.logprobs is not None:
             logprobs = self.logprobs.build(text, token_ids, positions or [])
         rendered = CompletionChoice(index=self.choice.index, text=text, logprobs=logprobs,
-                                    finish_reason=finish_reason, stop_reason=completion.stop_reason)
+                                    finish_reason=finish_reason, stop_reason=completion.stop_reason,
+                                    **self.job.compat.nulls(CompletionChoice))
         request = self.job.request
         if request.return_token_ids:
             rendered.token_ids = [] if self.job.echo_only else list(completion.token_ids)

@@ -1,8 +1,9 @@
 """A request as planned: its choices on the engine, and what every response or chunk of it carries."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from core.compat import OperationCompat
 from plugins.aggregation import prompt_tokens
 from plugins.fanout import Choice
 
@@ -15,6 +16,7 @@ class Job:
     choices: list[Choice]
     system_fingerprint: str | None = None  # set where the compat profile includes it
     keep: int | None = None  # best_of: the choices are candidates, of which this many per prompt are returned
+    compat: OperationCompat = field(default_factory=OperationCompat)  # the operation's rules, for its answers
 
     @property
     def prompt_tokens(self) -> int:

@@ -77,16 +77,20 @@ def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs:
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
-    converted = {}
+    """Token ids as strings → ints; every key that is not one is named (the engine names those out of
+    its vocabulary)."""
+    converted, bad = {}, []
     for token, value in bias.items():
         try:
             token_id = int(token)
         except ValueError:
             token_id = -1
         if token_id < 0 or str(token_id) != token.strip():
-            raise bad_request(f"logit_bias keys are token ids (non-negative integers, as strings); got {token!r}.",
-                              "logit_bias")
+            bad.append(token)
         converted[token_id] = value
+    if bad:
+        raise bad_request(f"logit_bias keys are token ids (non-negative integers, as strings); these are not: "
+                          f"{', '.join(repr(token) for token in bad)}.", "logit_bias")
     return converted
 
 

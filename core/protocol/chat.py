@@ -154,7 +154,7 @@ class ChatChoice(msgspec.Struct):
     logprobs: ChatLogprobs | None
     finish_reason: FinishReason | None
     stop_reason: int | str | None = None
-    token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`
+    token_ids: list[int] | None | UnsetType = UNSET  # with `return_token_ids` (null: the profile's null_fields)
 
 
 class ChatCompletionResponse(msgspec.Struct, kw_only=True):
@@ -165,8 +165,8 @@ class ChatCompletionResponse(msgspec.Struct, kw_only=True):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: str | UnsetType = UNSET  # sent only where the compat profile says so
-    prompt_token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`
-    prompt_logprobs: PromptLogprobs | UnsetType = UNSET  # with `prompt_logprobs`
+    prompt_token_ids: list[int] | None | UnsetType = UNSET  # with `return_token_ids`
+    prompt_logprobs: PromptLogprobs | None | UnsetType = UNSET  # with `prompt_logprobs`
 
 
 class DeltaFunctionCall(msgspec.Struct, omit_defaults=True):
@@ -198,7 +198,7 @@ class ChatChunkChoice(msgspec.Struct):
     delta: Delta
     logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None = None
-    token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`: this chunk's tokens
+    token_ids: list[int] | None | UnsetType = UNSET  # with `return_token_ids`: this chunk's tokens
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True):
@@ -209,4 +209,4 @@ class ChatCompletionChunk(msgspec.Struct, kw_only=True):
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     system_fingerprint: str | UnsetType = UNSET
-    prompt_token_ids: list[int] | UnsetType = UNSET  # with `return_token_ids`: on each choice's first chunk
+    prompt_token_ids: list[int] | None | UnsetType = UNSET  # with `return_token_ids`: on each choice's first chunk

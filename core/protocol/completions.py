@@ -36,9 +36,10 @@ class CompletionChoice(msgspec.Struct):
     finish_reason: FinishReason | None
     stop_reason: int | str | None = None
     # Only when asked for: `return_token_ids` (streamed: prompt_token_ids on a choice's first chunk), `prompt_logprobs`.
-    token_ids: list[int] | UnsetType = UNSET
-    prompt_token_ids: list[int] | UnsetType = UNSET
-    prompt_logprobs: PromptLogprobs | UnsetType = UNSET
+    # (null where the compat profile's `null_fields` says so)
+    token_ids: list[int] | None | UnsetType = UNSET
+    prompt_token_ids: list[int] | None | UnsetType = UNSET
+    prompt_logprobs: PromptLogprobs | None | UnsetType = UNSET
 
 
 class CompletionResponse(msgspec.Struct, kw_only=True):

@@ -66,8 +66,8 @@ class VllmBase:
         tokenizer = self._engine.renderer.tokenizer
         return [tokenizer.decode([token_id]) for token_id in token_ids]
 
-    def detokenize(self, token_ids: list[int]) -> str:
-        return self._engine.renderer.tokenizer.decode(token_ids)
+    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._engine.renderer.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
     def token_pieces(self, token_ids: list[int]) -> list[str]:
         """The vocabulary's own pieces (`Ġword`), as vLLM's /tokenize returns them."""
