@@ -21,7 +21,8 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from core.errors import APIError
 
-PROTECTED = ("/v1", "/tokenize", "/detokenize")  # vLLM leaves the tokenizer open; its text is the model's
+# vLLM leaves the tokenizer and SageMaker's /invocations open: the model's text, and all of /v1 behind one path
+PROTECTED = ("/v1", "/tokenize", "/detokenize", "/invocations")
 DOCS = ("/schema",)
 METRICS = ("/metrics",)
 

@@ -14,6 +14,8 @@ V1_ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None)
              ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
              ("POST", "/tokenize", {"prompt": "x"}), ("POST", "/detokenize", {"tokens": [70]}),
              ("POST", "/v1/embeddings", {"input": "x"}),
+             ("POST", "/v1/chat/completions/batch", {"messages": [[{"role": "user", "content": "x"}]]}),
+             ("POST", "/invocations", {"prompt": "x"}),
              ("POST", "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/adapters/a", "load_inplace": True})]
 UNLOAD = ("POST", "/v1/unload_lora_adapter", {"lora_name": "a"})  # once it answers, there is nothing to unload
 

@@ -1,12 +1,14 @@
 """Handlers bound to the spec's operations (see plugins/spec.py), one module per resource."""
 
 from app.routes.adapters import load_lora_adapter, unload_lora_adapter
-from app.routes.chat import create_chat_completion
+from app.routes.chat import create_batch_chat_completion, create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.embeddings import create_embedding
+from app.routes.invocations import invocations
 from app.routes.models import list_models, retrieve_model
 from app.routes.responses import create_response
 from app.routes.tokenize import create_text, create_tokens
 
-ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion, create_response,
-                  create_embedding, create_tokens, create_text, load_lora_adapter, unload_lora_adapter]
+ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion,
+                  create_batch_chat_completion, create_response, create_embedding, create_tokens, create_text,
+                  load_lora_adapter, unload_lora_adapter, invocations]

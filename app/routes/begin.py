@@ -1,6 +1,7 @@
 """The start every generation handler shares: the operation's compat rules on the raw body, strict
 parsing into the wire type, and the response id (logged with the request)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -30,8 +31,10 @@ def begin(request: Request, pipeline: Pipeline, raw: Any, wire_type: type[T], pr
     return Begun(body, base_id, response_id)
 
 
-def counted(request: Request, job: Job) -> TokenCounts:
-    """The token counts the request's log line reports: the prompt's now, the completion's when it ends."""
-    counts = TokenCounts(prompt_tokens=job.prompt_tokens)
+def counted(request: Request, job: Job | Sequence[Job]) -> TokenCounts:
+    """The token counts the request's log line reports: the prompt's now, the completion's when it ends
+    (of every job of a batch)."""
+    jobs = [job] if isinstance(job, Job) else job
+    counts = TokenCounts(prompt_tokens=sum(each.prompt_tokens for each in jobs))
     annotate(request.scope, tokens=counts)
     return counts

@@ -6,7 +6,8 @@ from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import json_response, sse_response
 from app.serving.chat import complete_chat, plan_chat, stream_chat
-from core.protocol.chat import ChatCompletionRequest
+from app.serving.chat_batch import complete_batch, plan_batch
+from core.protocol.chat import BatchChatCompletionRequest, ChatCompletionRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 
@@ -23,5 +24,18 @@ async def create_chat_completion(data: SkipValidation[ChatCompletionRequest], re
             return await sse_response(stream_chat(pipeline.aggregator, job, counts), begun.base_id,
                                       begun.response_id)
         return json_response(await complete_chat(pipeline.aggregator, job, counts), begun.base_id)
+
+    return await unless_disconnected(request.receive, answer())
+
+
+@operation("createBatchChatCompletion")
+async def create_batch_chat_completion(data: SkipValidation[BatchChatCompletionRequest], request: Request,
+                                       pipeline: PipelineDependency) -> Response:
+    begun = begin(request, pipeline, data, BatchChatCompletionRequest, "chatcmpl-")
+
+    async def answer() -> Response:
+        jobs = await plan_batch(pipeline, begun.body, begun.response_id, now())
+        counts = counted(request, jobs)
+        return json_response(await complete_batch(pipeline.aggregator, jobs, begun.response_id, counts), begun.base_id)
 
     return await unless_disconnected(request.receive, answer())

@@ -112,6 +112,13 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     min_dynamic_patch: int | None = None
 
 
+class BatchChatCompletionRequest(ChatCompletionRequest, kw_only=True):
+    """vLLM's batched chat (POST /v1/chat/completions/batch): a list of conversations, each answered by one
+    choice whose `index` is the conversation's; every other field applies to each conversation."""
+
+    messages: Annotated[list[Annotated[list[ChatMessage], Meta(min_length=1)]], Meta(min_length=1)]  # type: ignore[assignment]
+
+
 class TopLogprob(msgspec.Struct):
     token: str
     logprob: float

@@ -9,7 +9,12 @@ from typing import Any
 import msgspec
 import yaml
 
-from core.protocol.chat import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from core.protocol.chat import (
+    BatchChatCompletionRequest,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+)
 from core.protocol.common import ErrorResponse
 from core.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
 from core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
@@ -18,8 +23,8 @@ from core.protocol.responses import Response, ResponseEvent, ResponsesRequest
 from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
-              ChatCompletionChunk, ModelList, ErrorResponse, ResponsesRequest, Response, ResponseEvent,
-              TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest,
+              ChatCompletionChunk, BatchChatCompletionRequest, ModelList, ErrorResponse, ResponsesRequest, Response,
+              ResponseEvent, TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest,
               EmbeddingResponse, LoadLoraAdapterRequest, UnloadLoraAdapterRequest]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
