@@ -150,3 +150,33 @@ def test_minus_one_top_logprobs_under_max_logprobs_minus_one(vllm_client):
     assert all(len(position.top_logprobs) > 700 for position in positions)  # the tiny model's whole vocabulary
     completion = vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=1, logprobs=-1)
     assert len(completion.choices[0].logprobs.top_logprobs[0]) > 700
+
+
+def test_vllm_profile_sends_vllms_null_fields(vllm_client):
+    """vLLM's own tests read these as attributes of the SDK's objects: present, and null."""
+    choice = vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=2).choices[0]
+    assert (choice.token_ids, choice.prompt_token_ids, choice.prompt_logprobs) == (None, None, None)
+    chat = vllm_client.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=2)
+    assert (chat.prompt_token_ids, chat.prompt_logprobs, chat.choices[0].token_ids) == (None, None, None)
+    chunks = list(vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=2, stream=True))
+    assert all(chunk.choices[0].token_ids is None for chunk in chunks)
+
+
+def test_vllm_profile_hands_custom_roles_to_the_template(vllm_client, vllm_server):
+    custom = [{"role": "my-custom-role", "content": "hi"}]
+    chat = vllm_client.chat.completions.create(model="choir-tiny", messages=custom, max_tokens=2)
+    tokens = httpx.post(f"{vllm_server.base_url}/tokenize", headers={"Authorization": f"Bearer {KEY}"},
+                        json={"messages": custom, "return_token_strs": True}).json()
+    assert chat.usage.prompt_tokens == tokens["count"] and "my" in "".join(tokens["token_strs"])
+
+
+def test_vllm_profile_ends_a_cut_responses_stream_with_completed(vllm_client):
+    """What the openai-agents SDK expects of vLLM: response.completed, its status incomplete."""
+    events = list(vllm_client.responses.create(model="choir-tiny", input="Hi", max_output_tokens=3, stream=True))
+    assert events[-1].type == "response.completed" and events[-1].response.status == "incomplete"
+
+
+def test_vllm_profile_ignores_sglangs_fields(vllm_client, vllm_server):
+    completion = vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=8, seed=2,
+                                                extra_body={"regex": "[ab]+", "rid": "zz"})
+    assert not completion.id.endswith("zz") and "regex" in vllm_server.log()

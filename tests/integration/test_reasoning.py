@@ -1,7 +1,8 @@
-"""A server with vLLM's qwen3 reasoning parser, priority scheduling and a 512-token context, on the real
-engine through the OpenAI SDK: the parser sees the template kwargs, the engine's structured outputs
-know the reasoning parser (the constraint applies after `</think>`), the Responses API emits
-reasoning items, `priority` is honoured, and forced tools work as a new user would try them."""
+"""A server with vLLM's qwen3 reasoning parser and hermes tool parser, priority scheduling and a 512-token
+context, on the real engine through the OpenAI SDK: the parser sees the template kwargs, the engine's
+structured outputs know the reasoning parser (the constraint applies after `</think>`), the Responses API
+emits reasoning items, `priority` is honoured, forced tools work as a new user would try them, and
+tool_choice auto beside a response format calls a tool or answers in the format."""
 
 import json
 
@@ -25,7 +26,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 @pytest.fixture(scope="module")
 def reasoning_server(tmp_path_factory):
     server = start_server(tmp_path_factory.mktemp("reasoning") / "server.log",
-                          env={"CHOIR_REASONING_PARSER": "qwen3",
+                          env={"CHOIR_REASONING_PARSER": "qwen3", "CHOIR_TOOL_PARSER": "hermes",
                                "CHOIR_ENGINE_ARGS": "--max-model-len 512 --scheduling-policy priority"})
     yield server
     server.stop()
@@ -136,3 +137,37 @@ def test_forced_tools_as_a_new_user_tries_them(rclient, tool_choice):
         assert choice.finish_reason == ("tool_calls" if tool_choice == "required" else "stop")
         for call in choice.message.tool_calls:
             jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_auto_beside_a_response_format_calls_a_tool_or_answers_in_it(rclient):
+    """pydantic-ai's NativeOutput on the real engine: each answer is a hermes call whose arguments follow
+    the tool's schema, or content in the response format, never free text."""
+    outcomes = set()
+    for seed in range(6):
+        choice = rclient.chat.completions.create(
+            model="choir-tiny", messages=MESSAGES, tools=TOOLS, seed=seed, max_tokens=120, extra_body=THINKING_OFF,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}).choices[0]
+        if choice.finish_reason == "length":
+            continue
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+            for call in choice.message.tool_calls:
+                assert call.function.name == "get_weather"
+                jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+            outcomes.add("call")
+        else:
+            jsonschema.validate(json.loads(choice.message.content), ANSWER)
+            outcomes.add("answer")
+    assert outcomes, "no seed finished within 120 tokens"
+
+
+def test_separate_and_stream_reasoning(rclient):
+    """SGLang's fields: separate_reasoning false leaves the reasoning in the content; stream_reasoning
+    false streams it in one delta."""
+    together = chat(rclient, extra_body={"separate_reasoning": False, "ignore_eos": True}).choices[0].message
+    assert together.content and not getattr(together, "reasoning_content", None)
+    chunks = list(rclient.chat.completions.create(model="choir-tiny", messages=MESSAGES, max_tokens=12, seed=1,
+                                                  stream=True, extra_body={"stream_reasoning": False,
+                                                                           "ignore_eos": True}))
+    reasoning = [c.choices[0].delta.reasoning_content for c in chunks if c.choices[0].delta.reasoning_content]
+    assert len(reasoning) == 1

@@ -76,3 +76,15 @@ def test_tool_choice_auto_without_tools(client, model):
     """OpenAI's default tool_choice, sent by SDKs and SGLang's own tests with no tools: a plain answer."""
     response = client.responses.create(model=model, input="Hi", max_output_tokens=3, tool_choice="auto")
     assert response.output[0].type == "message" and response.tool_choice == "auto"
+
+
+def test_output_text_logprobs(client, model):
+    response = client.responses.create(model=model, input="Hi", max_output_tokens=4, top_logprobs=3,
+                                       include=["message.output_text.logprobs"])
+    [part] = response.output[0].content
+    assert len(part.logprobs) == response.usage.output_tokens == 4 and response.top_logprobs == 3
+    assert all(len(entry.top_logprobs) == 3 and entry.bytes is not None for entry in part.logprobs)
+    events = list(client.responses.create(model=model, input="Hi", max_output_tokens=4, top_logprobs=3, stream=True,
+                                          include=["message.output_text.logprobs"]))
+    streamed = [lp for event in events if event.type == "response.output_text.delta" for lp in event.logprobs]
+    assert len(streamed) == 4 and all(len(lp.top_logprobs) == 3 for lp in streamed)
