@@ -171,3 +171,17 @@ def test_separate_and_stream_reasoning(rclient):
                                                                            "ignore_eos": True}))
     reasoning = [c.choices[0].delta.reasoning_content for c in chunks if c.choices[0].delta.reasoning_content]
     assert len(reasoning) == 1
+
+
+def test_responses_cut_inside_the_reasoning_have_only_the_reasoning_item(rclient):
+    """As vLLM's server: no empty message (whole, or content_part / output_text.done events when streamed),
+    and no function call whose arguments never began."""
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
+    for extra in ({}, {"tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}}):
+        kwargs = dict(model="choir-tiny", input="Think.", max_output_tokens=4, **extra)
+        response = rclient.responses.create(**kwargs)
+        assert [item.type for item in response.output] == ["reasoning"]
+        events = list(rclient.responses.create(stream=True, **kwargs))
+        types = {event.type for event in events}
+        assert "response.output_text.done" not in types and "response.function_call_arguments.done" not in types
+        assert [item.type for item in events[-1].response.output] == ["reasoning"]
