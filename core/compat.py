@@ -183,10 +183,9 @@ class OperationCompat:
             for name, message in (refused or {}).items():
                 if name in body:
                     raise bad_request(message, name)
-        known = known_fields(wire_type)
-        if self.rules.sglang_fields == "ignore":
-            known = known - SGLANG_FIELDS
-        elif self.rules.sglang_fields == "honour":
+        ignore_sglang = self.rules.sglang_fields == "ignore"
+        known = known_fields(wire_type, ignore_sglang)
+        if self.rules.sglang_fields == "honour" and "response_format" in body:
             body = _sglang_response_format(body)
         unknown = [name for name in body if name not in known]
         if not unknown or self.rules.unknown_fields is None:
@@ -196,7 +195,7 @@ class OperationCompat:
             raise bad_request(f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: this endpoint does not take "
                               f"{'them' if len(unknown) > 1 else 'it'}. See GET /schema for its fields.", unknown[0])
         log.warning("request fields ignored: this endpoint does not know them", fields=unknown)
-        if self.rules.sglang_fields == "ignore" and not SGLANG_FIELDS.isdisjoint(body):
+        if ignore_sglang and not SGLANG_FIELDS.isdisjoint(body):
             return {name: value for name, value in body.items() if name not in SGLANG_FIELDS}
         return body
 
@@ -281,5 +280,6 @@ def _sglang_response_format(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def known_fields(wire_type: type) -> frozenset[str]:
-    return frozenset(field.encode_name for field in msgspec.structs.fields(wire_type))
+def known_fields(wire_type: type, without_sglang: bool = False) -> frozenset[str]:
+    known = frozenset(field.encode_name for field in msgspec.structs.fields(wire_type))
+    return known - SGLANG_FIELDS if without_sglang else known

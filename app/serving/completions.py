@@ -85,7 +85,7 @@ def _without_special_tokens(engine: Engine, prompt: Prompt) -> Prompt:
 class _ChoiceText:
     """One choice's text and logprobs, built from engine outputs (whole or delta)."""
 
-    __slots__ = ("job", "choice", "engine", "logprobs", "started", "escaper")
+    __slots__ = ("job", "choice", "engine", "logprobs", "started", "escaper", "nulls")
 
     def __init__(self, job: CompletionJob, choice: Choice, engine: Engine) -> None:
         self.job, self.choice, self.engine = job, choice, engine
@@ -95,6 +95,7 @@ class _ChoiceText:
         self.started = False
         # Text constrained to JSON comes out as strict JSON (app/serving/json_text.py).
         self.escaper = JsonEscaper() if is_json(choice.params.structured_outputs) else None
+        self.nulls = job.compat.nulls(CompletionChoice)  # fields the profile sends as null
 
     def render(self, output, prompt_logprobs) -> CompletionChoice:
         completion = output.outputs[0]
@@ -117,8 +118,7 @@ class _ChoiceText:
         if logprobs is None and self.logprobs is not None:
             logprobs = self.logprobs.build(text, token_ids, positions or [])
         rendered = CompletionChoice(index=self.choice.index, text=text, logprobs=logprobs,
-                                    finish_reason=finish_reason, stop_reason=completion.stop_reason,
-                                    **self.job.compat.nulls(CompletionChoice))
+                                    finish_reason=finish_reason, stop_reason=completion.stop_reason, **self.nulls)
         request = self.job.request
         if request.return_token_ids:
             rendered.token_ids = [] if self.job.echo_only else list(completion.token_ids)
