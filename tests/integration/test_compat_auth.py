@@ -149,7 +149,8 @@ def test_minus_one_top_logprobs_under_max_logprobs_minus_one(vllm_client):
     assert len(positions) == 2
     assert all(len(position.top_logprobs) > 700 for position in positions)  # the tiny model's whole vocabulary
     completion = vllm_client.completions.create(model="choir-tiny", prompt="x", max_tokens=1, logprobs=-1)
-    assert len(completion.choices[0].logprobs.top_logprobs[0]) > 700
+    # completions key the alternatives by their text: tokens that decode alike share a key
+    assert len(completion.choices[0].logprobs.top_logprobs[0]) > 600
 
 
 def test_vllm_profile_sends_vllms_null_fields(vllm_client):
