@@ -153,7 +153,10 @@ def _text(data: bytes | str | None) -> str:
 def _record(method: str, url: str, body: bytes | str | None) -> dict | None:
     if _current is None or len(_current) >= MAX_EXCHANGES:
         return None
-    entry = {"request": f"{method} {httpx.URL(str(url)).raw_path.decode()}", "body": _text(body)}
+    parsed = httpx.URL(str(url))
+    if parsed.host not in ("127.0.0.1", "localhost"):  # the servers only (not the Hugging Face hub)
+        return None
+    entry = {"request": f"{method} {parsed.raw_path.decode()}", "body": _text(body)}
     _current.append(entry)
     return entry
 

@@ -85,6 +85,16 @@ def test_lora_path_names_a_loaded_adapter(client, fake_engine, path):
     assert response.status_code == 400 and error["param"] == "lora_path" and "tiny-lora" in error["message"]
 
 
+@BOTH
+def test_a_model_named_base_colon_adapter(client, fake_engine, path):
+    fake_engine.adapters["tiny-lora"] = "/adapters/tiny"
+    body = client.post(path, json={**BODIES[path], "model": "fake-model:tiny-lora"}).json()
+    assert fake_engine.calls[0].options.adapter == "tiny-lora" and body["model"] == "fake-model:tiny-lora"
+    for model, param in (("fake-model:nope", "model"), ("other:tiny-lora", "model")):
+        response = client.post(path, json={**BODIES[path], "model": model})
+        assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
 def test_separate_reasoning_false_leaves_the_reasoning_in_the_content(client, fake_engine):
     use_parsers(client, fake_engine, reasoning="deepseek_r1")
     text = "<think>Hmm.</think>Paris."

@@ -15,16 +15,22 @@ class ModelChoice:
 
 
 def generation_model(pipeline: Pipeline, requested: str | None, lora_path: str | None = None) -> ModelChoice:
-    """`lora_path` (SGLang's) names an adapter for a request whose `model` is a base model's name."""
+    """SGLang's ways to name an adapter under its base model (where the profile honours SGLang's fields):
+    `lora_path`, or `model: "base:adapter"`; the response reports the `model` sent."""
     engine = pipeline.engine
     adapters = engine.adapters
     if requested is not None and requested in adapters:
         return ModelChoice(requested, adapter=requested)
+    base = requested
+    if requested is not None and ":" in requested and pipeline.compat.rules.sglang_fields == "honour":
+        named_base, _, named_adapter = requested.partition(":")
+        if named_base in engine.served_model_names and named_adapter:
+            base, lora_path = named_base, named_adapter
     if lora_path is not None:
         if lora_path not in adapters:
             raise bad_request(f"The LoRA adapter `{lora_path}` is not loaded. Loaded adapters: "
-                              f"{', '.join(adapters) or 'none'}.", "lora_path")
-        pipeline.compat.check_model(requested, engine.served_model_names)
+                              f"{', '.join(adapters) or 'none'}.", "lora_path" if base == requested else "model")
+        pipeline.compat.check_model(base, engine.served_model_names)
         return ModelChoice(requested or engine.served_model_names[0], adapter=lora_path)
     embedding = pipeline.embedding
     if requested is not None and embedding is not None and requested in embedding.served_model_names:
