@@ -118,3 +118,12 @@ def test_stream_logprobs_text_offset_continues_across_chunks(client):
     events, _ = sse_json(client.post("/v1/completions", json={"prompt": "hi", "stream": True, "logprobs": 0}).text)
     offsets = [o for e in events for o in e["choices"][0]["logprobs"]["text_offset"]]
     assert offsets == list(range(12))
+
+
+@pytest.mark.parametrize("body", [{}, {"prompt": None}, {"prompt": []}, {"prompt": None, "prompt_embeds": []}])
+def test_a_missing_prompt_in_vllms_words(client, fake_engine, body):
+    response = client.post("/v1/completions", json=body)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "prompt"
+    assert error["message"] == "Either prompt or prompt_embeds must be provided and non-empty."
+    assert fake_engine.calls == []

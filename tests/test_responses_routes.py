@@ -128,6 +128,7 @@ def test_engine_failure_mid_stream_is_response_failed(client, fake_engine):
 
 @pytest.mark.parametrize("body, param", [
     ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": "x", "background": True}, "background"),
     ({"input": []}, "input"),
     ({"input": [{"type": "image", "url": "x"}]}, "input[0].type"),
     ({"input": [{"role": "wizard", "content": "x"}]}, "input[0]"),

@@ -213,3 +213,15 @@ def test_json_constrained_text_is_strict_json(client, fake_engine, path):
     assert json.loads(text) == {"city": "Pa\tris\x1b"}
     free = client.post(path, json={k: v for k, v in body.items() if k != "response_format"}).json()["choices"][0]
     assert "\t" in (free["message"]["content"] if path == CHAT else free["text"])  # free text is left as it is
+
+
+def test_a_named_call_cut_before_its_arguments_is_no_call(client, fake_engine):
+    """As OpenAI and vLLM (its own test: max_completion_tokens 1): finish_reason "length", no tool_calls,
+    content "", whole and streamed."""
+    fake_engine.script = lambda prompt, params: [""]
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": NAMED, "max_tokens": 1}
+    choice = client.post(CHAT, json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"]
+    assert choice["message"]["content"] == ""
+    chunks, _ = sse_json(client.post(CHAT, json={**body, "stream": True}).text)
+    assert streamed_calls(chunks) == [] and chunks[-1]["choices"][0]["finish_reason"] == "length"

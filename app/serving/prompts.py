@@ -22,12 +22,13 @@ def check_common(pipeline: Pipeline, request: SamplingFields) -> ModelChoice:
     return model
 
 
-def completion_prompts(prompt: str | list[Any], param: str = "prompt") -> list[str] | list[list[int]]:
+def completion_prompts(prompt: str | list[Any] | None, param: str = "prompt") -> list[str] | list[list[int]]:
     """The four OpenAI prompt forms as a list of strings or a list of token-id lists."""
     if isinstance(prompt, str):
         return [prompt]
-    if not prompt:
-        raise bad_request(f"{param} must not be an empty list.", param)
+    if not prompt:  # vLLM's words for completions (its tests match them)
+        raise bad_request("Either prompt or prompt_embeds must be provided and non-empty." if param == "prompt"
+                          else f"{param} must not be empty.", param)
     if all(isinstance(p, str) for p in prompt):
         return list(prompt)
     if all(_is_token_id(t) for t in prompt):

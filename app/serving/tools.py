@@ -117,23 +117,27 @@ def _builtins(function: Any) -> dict[str, Any]:
 
 class NamedToolReader:
     """A forced tool: the whole output is the call's arguments (as strict JSON: app/serving/json_text.py);
-    `content` is ""."""
+    `content` is "". An output cut before its arguments began is no call at all (as OpenAI and vLLM)."""
 
     def __init__(self, function: str) -> None:
         self.function, self.id, self.started = function, tool_call_id(), False
         self.escaper = JsonEscaper()
 
     def complete(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        if not text:
+            return "", []
         return "", [ToolCall(id=self.id, function=FunctionCall(name=self.function, arguments=escaped(text)))]
 
     def feed(self, delta: str) -> list[DeltaToolCall]:
         """One entry per chunk, as OpenAI sends: the first also has the call's id and name."""
-        arguments = self.escaper.feed(delta) if delta else ""
+        if not delta:
+            return []
+        arguments = self.escaper.feed(delta)
         if not self.started:
             self.started = True
             return [DeltaToolCall(index=0, id=self.id, type="function",
                                   function=DeltaFunctionCall(name=self.function, arguments=arguments))]
-        return [DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=arguments))] if arguments else []
+        return [DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=arguments))]
 
 
 class RequiredToolReader:

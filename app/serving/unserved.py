@@ -59,8 +59,10 @@ EMBEDDING_UNSERVED: dict[str, tuple[Any, str]] = {
 def refuse_unserved(request: Any, table: dict[str, tuple[Any, str]] = UNSERVED) -> None:
     for name, (default, why) in table.items():
         value = getattr(request, name, default)
-        # null and false both mean "off" where either is the default (0 is a value: a rank, a count)
-        unset = value is None or value is False if default is None or default is False else value == default
+        # null, false and an empty list all mean "off" where null or false is the default (0 is a value: a
+        # rank, a count)
+        unset = value is None or value is False or value == [] if default is None or default is False \
+            else value == default
         if not unset:
             raise bad_request(f"{name} is not supported by this server: {why}.", name)
     structured = getattr(request, "structured_outputs", None)

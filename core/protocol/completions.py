@@ -12,7 +12,7 @@ from core.protocol.common import FinishReason, MaxTokens, PromptLogprobs, Sampli
 class CompletionRequest(SamplingFields, kw_only=True):
     # A string, a list of strings, a list of token ids or a list of token-id lists. msgspec
     # allows one array type per union, so the list forms are checked in serving/prompts.py.
-    prompt: str | list[Any]
+    prompt: str | list[Any] | None = None  # required: a missing one gets vLLM's 400 (serving/prompts.py)
     max_tokens: MaxTokens | None = 16
     logprobs: Annotated[int, Meta(ge=-1)] | None = None  # -1: the whole vocabulary, within --max-logprobs
     echo: bool = False

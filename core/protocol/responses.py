@@ -121,6 +121,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     # OpenAI's default is true; Choir stores nothing and says so: the response echoes `store: false`.
     store: bool | None = None
+    background: bool = False  # refused: a background response must be stored, and Choir keeps no state
     previous_response_id: str | None = None
     user: str | None = None
     metadata: dict[str, str] | None = None
