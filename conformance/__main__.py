@@ -6,6 +6,7 @@
                                                # entries in expected.yaml's `differences`
     python -m conformance --module tests/entrypoints/openai/test_return_token_ids.py -k emoji
     python -m conformance --show test_single_completion    # both servers' exchanges for matching tests
+    python -m conformance --last --record      # the last Choir run's results into expected.yaml, no new run
     python -m conformance -- -x                # anything after `--` goes to pytest
 
 The last results of each mode are kept in .cache/vllm-suite/results/{choir,vllm}.json, the servers' logs in
@@ -27,7 +28,7 @@ from conformance.source import CACHE, ROOT, engine_version, extract_tests, fake_
 HERE = Path(__file__).resolve().parent
 SELECTION = HERE / "selection.yaml"
 EXPECTED = HERE / "expected.yaml"
-FAILED = ("failed", "error")
+FAILED = ("failed", "error", "incomplete")
 HEADER = """\
 # What `make vllm-suite` expects of vLLM {version}'s server-talking OpenAI tests (conformance/selection.yaml)
 # on Choir, on the bundled model with Choir's engine flags.
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", action="append", help="run only this module (repeatable)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
     parser.add_argument("--show", metavar="PATTERN", help="print the last runs' exchanges for matching tests")
+    parser.add_argument("--last", action="store_true", help="check (or --record) the last run's results; run nothing")
     args = parser.parse_args(argv)
     if args.show:
         return show(args.show)
@@ -218,7 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     mode = "vllm" if args.against_vllm else "choir"
 
     began = time.monotonic()
-    results = run_pytest(mode, root, hub, modules, args.keyword, extra)
+    if args.last:
+        last = CACHE / "results" / f"{mode}.json"
+        if not last.is_file():
+            raise SystemExit(f"vllm-suite: no last run ({last})")
+        results = json.loads(last.read_text())
+        partial = bool(results.get("partial", True))
+    else:
+        results = run_pytest(mode, root, hub, modules, args.keyword, extra)
+        results["partial"] = partial
+        (CACHE / "results" / f"{mode}.json").write_text(json.dumps(results, indent=1))
     wall = time.monotonic() - began
     tests = results["tests"]
     starts = [s.get("start_seconds", 0) for s in results["servers"]]
@@ -228,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         for note in server["notes"]:
             print(f"  {server['module']}: {note}")
 
+    if results.get("exit_status") == 2:  # pytest's INTERRUPTED
+        print("vllm-suite: interrupted; nothing checked or written")
+        return 2
     expected = load_expected()
     if mode == "vllm":
         code = against_vllm(results, expected, partial)

@@ -3,8 +3,10 @@ against `vllm serve` for the baseline.
 
 - `tests.utils.RemoteOpenAIServer` becomes `SuiteServer`: the test's `vllm serve` flags translated
   (`conformance.servers.translate`), the server started from Choir (`CONFORMANCE_MODE=choir`) or from vLLM
-  (`vllm`), on the bundled model. Servers live in one pool: one at a time, each config started once per module
-  and reused by every fixture or test of the module that asks for it, stopped at the module's end.
+  (`vllm`), on the bundled model. Servers live in one pool: one at a time, each config started on its first
+  use in a module and reused by every fixture or test of the module that asks for it, stopped at the
+  module's end. Within a module, tests are grouped by the values of their parametrized fixtures (so that
+  tests picking one of two servers through a fixture parameter do not switch servers at each test).
 - Tests that never reach a server (unit tests of vLLM's serving classes beside the server tests) are
   deselected: a test talks to a server when it, or a fixture it uses, names `RemoteOpenAIServer`.
 - Every test's HTTP exchanges (request and answer, shortened) and outcome go to the JSON report
@@ -18,6 +20,7 @@ import atexit
 import inspect
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -45,6 +48,13 @@ SETTINGS = Settings(
 )
 POOL = Pool(Path(os.environ.get("CONFORMANCE_LOGS", "conformance-logs")) / MODE)
 atexit.register(POOL.stop)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # pytest ends the session (the pool's server stopped, the report written)
+
+
+signal.signal(signal.SIGTERM, _interrupt)
 
 MAX_EXCHANGES = 24
 MAX_BODY = 1500
@@ -284,7 +294,8 @@ def _fixture_params(item: pytest.Item) -> tuple[tuple[int, str, str], ...]:
     if callspec is None:
         return ()
     rank = {"session": 0, "package": 1, "module": 2, "class": 3, "function": 4}
-    keyed = [(rank.get(str(names[k][-1].scope), 4), k, repr(v)) for k, v in callspec.params.items() if k in names]
+    keyed = [(rank.get(str(names[k][-1].scope), 4), k, repr(v)) for k, v in callspec.params.items()
+             if k in names and names[k][-1].func.__name__ != "get_direct_param_fixture_func"]  # not plain params
     return tuple(sorted(keyed))
 
 
@@ -315,7 +326,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     _current = []
     began = time.monotonic()
     yield
-    result = _results.setdefault(item.nodeid, {"outcome": "passed"})
+    result = _results.setdefault(item.nodeid, {"outcome": "incomplete"})  # interrupted before its call
     result["seconds"] = round(time.monotonic() - began, 2)
     result["exchanges"] = _current
     _current = None
@@ -333,8 +344,10 @@ def _message(report: pytest.TestReport) -> str:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    result = _results.setdefault(report.nodeid, {"outcome": "passed"})
-    if report.skipped and result["outcome"] == "passed":
+    result = _results.setdefault(report.nodeid, {"outcome": "incomplete"})
+    if report.passed and report.when == "call" and result["outcome"] == "incomplete":
+        result["outcome"] = "passed"
+    elif report.skipped and result["outcome"] == "incomplete":
         if hasattr(report, "wasxfail"):
             result.update(outcome="xfailed", message=short(report.wasxfail))
         else:
@@ -348,4 +361,5 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     POOL.stop()
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(json.dumps({"mode": MODE, "servers": POOL.started, "tests": _results}, indent=1))
+    REPORT.write_text(json.dumps({"mode": MODE, "exit_status": int(exitstatus), "servers": POOL.started,
+                                  "tests": _results}, indent=1))

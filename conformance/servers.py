@@ -249,8 +249,10 @@ def start(config: ServerConfig, log_path: Path, attempts: int = 3) -> Running:
         running = Running(config, process, port, log_path, 0.0)
         try:
             _wait_until_healthy(process, f"http://127.0.0.1:{port}")
-        except RuntimeError as exc:
+        except BaseException as exc:  # an interrupt too: no server left behind
             running.stop()
+            if not isinstance(exc, RuntimeError):
+                raise
             text = log_path.read_text(errors="replace")
             if "address already in use" in text and attempt < attempts - 1:
                 continue
