@@ -108,3 +108,15 @@ def test_the_spec_declares_the_bearer_scheme():
 def test_api_keys_setting_is_a_comma_separated_list(tmp_path):
     s = Settings.from_env({"CHOIR_API_KEY": " a , b,,c "}, env_file=tmp_path / "none")
     assert s.api_keys == ("a", "b", "c")
+
+
+@pytest.mark.parametrize("path", ["/llm/v1/models", "/v1/models", "/llm/invocations", "/llm/v1/nope"])
+def test_behind_a_root_path_the_routes_stay_protected(path):
+    """uvicorn --root-path /llm: /llm/v1/... is routed as /v1/..., and needs the key alike."""
+    app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS),
+                     engine_factory=fake_engine_factory(FakeEngine()))
+    with TestClient(app, root_path="/llm") as client:
+        method = client.post if "invocations" in path else client.get
+        assert method(path).status_code == 401
+        if path.endswith("models"):
+            assert client.get(path, headers={"Authorization": "Bearer first-key"}).status_code == 200
