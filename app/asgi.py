@@ -16,7 +16,7 @@ from plugins.engine.config import EngineConfig, EngineFactory
 from plugins.engine.plugin import EnginePlugin
 from plugins.fanout import FanOut
 from plugins.metrics import MetricsPlugin
-from plugins.pipeline import PipelinePlugin
+from plugins.pipeline import PipelinePlugin, RequestDefaults
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
 
 
@@ -44,7 +44,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
                  ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine.state_key),
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key,
-                                engine.embedding_state_key),
+                                engine.embedding_state_key,
+                                RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage)),
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},

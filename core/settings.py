@@ -65,6 +65,9 @@ class Settings:
     reasoning_parser: str | None = None
     lora_modules: tuple[LoraModule, ...] = ()
     allow_runtime_lora: bool = False
+    # vLLM's front-end flags --return-tokens-as-token-ids and --enable-force-include-usage
+    return_tokens_as_token_ids: bool = False
+    force_include_usage: bool = False
     # A second engine for /v1/embeddings (vLLM's pooling runner), off unless a model is given.
     embedding_model: str | None = None
     embedding_model_name: str | None = None
@@ -152,6 +155,8 @@ class Settings:
             reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
             lora_modules=_lora_modules(env.get("CHOIR_LORA_MODULES", "")),
             allow_runtime_lora=_boolean(env, "CHOIR_ALLOW_RUNTIME_LORA", False),
+            return_tokens_as_token_ids=_boolean(env, "CHOIR_RETURN_TOKENS_AS_TOKEN_IDS", False),
+            force_include_usage=_boolean(env, "CHOIR_FORCE_INCLUDE_USAGE", False),
             embedding_model=_embedding_model(env.get("CHOIR_EMBEDDING_MODEL") or None),
             embedding_model_name=env.get("CHOIR_EMBEDDING_MODEL_NAME") or None,
             embedding_engine_args=_engine_flags(env, "CHOIR_EMBEDDING_ENGINE_ARGS", EMBEDDING_OWN_FLAGS),

@@ -24,6 +24,17 @@ from plugins.spec import operation_compat
 
 
 @dataclass(frozen=True, slots=True)
+class RequestDefaults:
+    """What the server sets for requests that leave it out (vLLM's front-end flags of the same names)."""
+
+    return_tokens_as_token_ids: bool = False  # --return-tokens-as-token-ids
+    force_include_usage: bool = False  # --enable-force-include-usage: every stream has usage, continuous
+
+
+NO_DEFAULTS = RequestDefaults()
+
+
+@dataclass(frozen=True, slots=True)
 class Pipeline:
     compat: OperationCompat
     fan_out: FanOut
@@ -31,6 +42,7 @@ class Pipeline:
     aggregator: Aggregator
     embedding: EmbeddingEngine | None = None  # CHOIR_EMBEDDING_MODEL's engine
     parsers: Any = None  # the serving side's reasoning and tool parsers (app/parsers_plugin.py), if any
+    defaults: RequestDefaults = NO_DEFAULTS
 
 
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
@@ -42,21 +54,23 @@ PARSERS_STATE_KEY = "parsers"  # app state: the parsers app/parsers_plugin.py bu
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`; needs the engine plugin's state key (`engine_state_key`)."""
 
-    __slots__ = ("embedding_state_key", "engine_state_key", "fan_out")
+    __slots__ = ("defaults", "embedding_state_key", "engine_state_key", "fan_out")
 
     def __init__(self, fan_out: FanOut, engine_state_key: str = "engine",
-                 embedding_state_key: str = "embedding_engine") -> None:
+                 embedding_state_key: str = "embedding_engine", defaults: RequestDefaults = NO_DEFAULTS) -> None:
         self.fan_out, self.engine_state_key, self.embedding_state_key = fan_out, engine_state_key, embedding_state_key
+        self.defaults = defaults
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        fan_out, key, embedding_key = self.fan_out, self.engine_state_key, self.embedding_state_key
+        fan_out, key, embedding_key, defaults = self.fan_out, self.engine_state_key, self.embedding_state_key, \
+            self.defaults
 
         def provide_pipeline(request: Request) -> Pipeline:
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
             state = request.app.state
             engine = state[key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state.get(embedding_key),
-                            state.get(PARSERS_STATE_KEY))
+                            state.get(PARSERS_STATE_KEY), defaults)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

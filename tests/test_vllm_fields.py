@@ -289,3 +289,26 @@ def test_stream_options_include_obfuscation_is_accepted(client, path):
     response = client.post(path, json={**BODIES[path], "stream": True,
                                        "stream_options": {"include_usage": True, "include_obfuscation": False}})
     assert response.status_code == 200 and sse_json(response.text)[1] == 1
+
+
+def test_server_defaults_of_vllms_front_end_flags():
+    """CHOIR_RETURN_TOKENS_AS_TOKEN_IDS and CHOIR_FORCE_INCLUDE_USAGE: vLLM's --return-tokens-as-token-ids and
+    --enable-force-include-usage. A request's own return_tokens_as_token_ids still wins."""
+    from litestar.testing import TestClient
+
+    from app.asgi import create_app
+    from core.settings import Settings
+    from tests.fakes import FakeEngine, fake_engine_factory
+
+    settings = Settings(served_model_name="fake-model", return_tokens_as_token_ids=True, force_include_usage=True)
+    with TestClient(create_app(settings, engine_factory=fake_engine_factory(FakeEngine()))) as client:
+        tokens = client.post(CMPL, json={"prompt": "x", "logprobs": 0}).json()["choices"][0]["logprobs"]["tokens"]
+        assert tokens and all(token.startswith("token_id:") for token in tokens)
+        own = client.post(CMPL, json={"prompt": "x", "logprobs": 0, "return_tokens_as_token_ids": False}).json()
+        assert not own["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:")
+        for path in (CMPL, CHAT):
+            chunks, _ = sse_json(client.post(path, json={**BODIES[path], "stream": True}).text)
+            assert all(chunk["usage"] is not None for chunk in chunks) and chunks[-1]["choices"] == []
+    for name in ("CHOIR_RETURN_TOKENS_AS_TOKEN_IDS", "CHOIR_FORCE_INCLUDE_USAGE"):
+        with pytest.raises(Exception, match=name):
+            Settings.from_env({name: "maybe"})

@@ -5,7 +5,7 @@ from typing import Any
 from app.serving.models import ModelChoice, generation_model
 from app.serving.unserved import refuse_unserved
 from core.errors import bad_request
-from core.protocol.common import SamplingFields
+from core.protocol.common import SamplingFields, StreamOptions
 from plugins.pipeline import Pipeline
 
 
@@ -19,6 +19,13 @@ def check_common(pipeline: Pipeline, request: SamplingFields) -> ModelChoice:
     pipeline.compat.check_n(request.n, temperature)
     if request.stream_options is not None and not request.stream:
         raise bad_request("stream_options can only be set when stream is true.", "stream_options")
+    defaults = pipeline.defaults
+    if defaults.return_tokens_as_token_ids and request.return_tokens_as_token_ids is None:
+        request.return_tokens_as_token_ids = True
+    if defaults.force_include_usage and request.stream:
+        options = request.stream_options or StreamOptions()
+        request.stream_options = StreamOptions(include_usage=True, continuous_usage_stats=True,
+                                               include_obfuscation=options.include_obfuscation)
     return model
 
 
