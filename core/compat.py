@@ -87,6 +87,9 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     echo_special_tokens: Literal["keep", "skip"] | None = None
     # GET /v1/models' `root` for a served name: the model's `path` (vLLM) or the `served_name` (SGLang).
     model_root: Literal["path", "served_name"] | None = None
+    # Request values of another JSON type: `strict` (`"n": "2"` is a 400: a client bug shows at once) or
+    # `lax` (converted where the text says a value of the field's type, `"true"`, `"2"`, as pydantic does).
+    type_coercion: Literal["strict", "lax"] | None = None
 
     def __post_init__(self) -> None:
         for type_name, names in (self.null_fields or {}).items():
@@ -171,7 +174,10 @@ class OperationCompat:
 
     def admit(self, body: Any, wire_type: type[T]) -> T:
         """The request body as its wire type (strictly: `"n": "2"` is an error), once the rules admit it."""
-        return parse_strict(self.check_body(body, wire_type), wire_type)
+        body = self.check_body(body, wire_type)
+        if self.rules.type_coercion == "lax":
+            return msgspec.convert(body, wire_type, strict=False)
+        return parse_strict(body, wire_type)
 
     def check_body(self, body: Any, wire_type: type) -> Any:
         """Fields the profile refuses, then fields the endpoint does not know: ignored with a warning

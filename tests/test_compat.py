@@ -235,3 +235,17 @@ def test_logit_bias_names_every_bad_key(profile_client):
     error = response.json()["error"]
     assert response.status_code == 400 and error["param"] == "logit_bias"
     assert all(repr(key) in error["message"] for key in ("a", "x y", "-1")) and "'5'" not in error["message"]
+
+
+def test_type_coercion(profile_client):
+    """vLLM's own test sends `"logprobs": "true"`: pydantic takes it; the default profile says which field is
+    wrong instead."""
+    profile, client = profile_client
+    response = client.post(CHAT, json={"messages": MESSAGES, "logprobs": "true", "top_logprobs": 2, "n": "2"})
+    if profile == "vllm":
+        body = response.json()
+        assert response.status_code == 200 and len(body["choices"]) == 2
+        assert len(body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 2
+    else:
+        assert response.status_code == 400 and response.json()["error"]["param"] in ("logprobs", "n")
+    assert client.post(CHAT, json={"messages": MESSAGES, "n": "two"}).status_code == 400  # no number in it
