@@ -54,14 +54,14 @@ def load_expected() -> dict:
 
 
 def save_expected(data: dict, version: str) -> None:
-    body = {
-        "engine": version,
-        "vllm_serve": data.get("vllm_serve", {}),
-        "differences": dict(sorted(data["differences"].items())),
-        "fail_on_vllm": dict(sorted(data["fail_on_vllm"].items())),
-    }
-    text = yaml.safe_dump(body, sort_keys=False, width=1000, allow_unicode=True)
-    EXPECTED.write_text(HEADER.format(version=version) + "\n" + text)
+    lines = [f"engine: {json.dumps(version)}", f"vllm_serve: {json.dumps(data.get('vllm_serve', {}))}"]
+    for section in ("differences", "fail_on_vllm"):  # one line per test (JSON strings are YAML scalars)
+        entries = sorted(data[section].items())
+        lines.append(f"{section}:" + ("" if entries else " {}"))
+        lines += [f"  {json.dumps(node)}: {json.dumps(reason, ensure_ascii=False)}" for node, reason in entries]
+    EXPECTED.write_text(HEADER.format(version=version) + "\n" + "\n".join(lines) + "\n")
+    if yaml.safe_load(EXPECTED.read_text())["differences"] != data["differences"]:
+        raise AssertionError(f"{EXPECTED} does not read back")
 
 
 def check_selection(root: Path, selection: dict) -> None:

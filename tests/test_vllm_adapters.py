@@ -127,3 +127,18 @@ async def test_the_parent_is_the_base_model_name_given_else_the_first_served_nam
     await engine.load_adapter("a", "/adapters/1")
     await engine.load_adapter("b", "/adapters/2", base_model_name="alias")
     assert (engine.adapter_parent("a"), engine.adapter_parent("b")) == ("base", "alias")
+
+
+def test_the_model_root_is_the_model_as_configured(stub):
+    """Under HF_HUB_OFFLINE vLLM's args hold the local snapshot's path; /v1/models shows what was asked for."""
+    args = SimpleNamespace(served_model_name=["m"], model="/hub/snapshots/0123")
+    assert VllmEngine(stub, args, "test", "org/model").model_root == "org/model"
+    assert VllmEngine(stub, args, "test").model_root == "/hub/snapshots/0123"
+
+
+def test_an_engine_without_a_tokenizer_stops_start_up_in_one_line(stub):
+    from core.settings import SettingsError
+
+    stub.renderer = SimpleNamespace(tokenizer=None)  # --skip-tokenizer-init
+    with pytest.raises(SettingsError, match="--skip-tokenizer-init"):
+        VllmEngine(stub, SimpleNamespace(served_model_name=["m"], model="/m"), "test")

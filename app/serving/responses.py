@@ -41,8 +41,10 @@ _RESPONSES_NAMES = {"max_completion_tokens": "max_output_tokens", "response_form
 
 def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
     if request.background:
-        raise bad_request("background responses are not supported: Choir keeps no responses to poll. Leave "
-                          "`background` false (stream the response to follow it as it is made).", "background")
+        # vLLM's words first (its tests match them), then why `store: true` would not help here
+        raise bad_request("background can only be used when `store` is true, and Choir stores no responses: "
+                          "leave `background` false (stream the response to follow it as it is made).",
+                          "background")
     if request.previous_response_id is not None:
         raise bad_request("previous_response_id is not supported: Choir keeps no responses. Send the whole "
                           "conversation in `input`.", "previous_response_id")

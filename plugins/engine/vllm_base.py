@@ -3,6 +3,7 @@ the AsyncLLM they wrap, how prompts are tokenized, and the engine's liveness and
 
 from typing import Any
 
+from core.settings import SettingsError
 from plugins.engine.protocol import COMPLETION_RENDER, Prompt, RenderOptions
 from plugins.engine.vllm_errors import reraise
 
@@ -14,7 +15,8 @@ SMALL_PROMPT = 8192
 
 
 class VllmBase:
-    def __init__(self, engine: Any, engine_args: Any, version: str) -> None:
+    def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
+        """`model`: the model as configured (vLLM's args hold a local path in its place under HF_HUB_OFFLINE)."""
         from vllm.renderers.params import TokenizeParams
 
         self._engine = engine
@@ -22,10 +24,14 @@ class VllmBase:
         # The engine args keep every alias; vLLM's model config keeps the first (as vLLM's server reads them).
         names = engine_args.served_model_name or config.served_model_name
         self.served_model_names = tuple(names if isinstance(names, list) else [names])
-        self.model_root = str(engine_args.model)
+        self.model_root = model or str(engine_args.model)
         self.max_model_len = int(config.max_model_len)
         self.version = version
-        self.vocab_size = engine.renderer.tokenizer.max_token_id + 1
+        tokenizer = engine.renderer.tokenizer
+        if tokenizer is None:  # --skip-tokenizer-init
+            raise SettingsError("--skip-tokenizer-init is not supported: Choir renders chat templates, tokenizes "
+                                "prompts and detokenizes outputs itself with the model's tokenizer.")
+        self.vocab_size = tokenizer.max_token_id + 1
         self._tokenize_params = TokenizeParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
 

@@ -10,10 +10,10 @@ from plugins.engine.vllm_errors import reraise
 
 
 class VllmEmbeddingEngine(VllmBase):
-    def __init__(self, engine: Any, engine_args: Any, version: str) -> None:
+    def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
         from vllm import PoolingParams
 
-        super().__init__(engine, engine_args, version)
+        super().__init__(engine, engine_args, version, model)
         config = engine.model_config
         self._pooling_params = PoolingParams
         self.embedding_size = int(config.embedding_size)

@@ -77,11 +77,11 @@ def parse_flags(argv: list[str], setting: str) -> Any:
 class VllmEngine(VllmBase):
     """The generation engine, with its LoRA adapters (each a model name of its own)."""
 
-    def __init__(self, engine: Any, engine_args: Any, version: str) -> None:
+    def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
         from vllm.lora.request import LoRARequest
         from vllm.renderers.params import ChatParams
 
-        super().__init__(engine, engine_args, version)
+        super().__init__(engine, engine_args, version, model)
         self._chat_params, self._lora_request = ChatParams, LoRARequest
         config = engine.model_config
         self.default_sampling_params = dict(config.get_diff_sampling_param())
@@ -231,7 +231,7 @@ async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
     log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
     settle_after_startup()
     try:
-        served = VllmEngine(engine, engine_args, vllm.__version__)
+        served = VllmEngine(engine, engine_args, vllm.__version__, settings.model)
         for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
             try:
                 await served.load_adapter(module.name, module.path, base_model_name=module.base_model_name)
@@ -265,7 +265,7 @@ async def start_vllm_embedding_engine(settings: Settings) -> AsyncIterator[Any]:
              seconds=round(time.perf_counter() - started, 1))
     settle_after_startup()
     try:
-        yield VllmEmbeddingEngine(engine, engine_args, vllm.__version__)
+        yield VllmEmbeddingEngine(engine, engine_args, vllm.__version__, settings.embedding_model)
     finally:
         engine.shutdown()
         log.info("embedding engine stopped")
