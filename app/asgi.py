@@ -1,6 +1,8 @@
 """create_app(): the Litestar application. Cheap to build (`litestar run` builds it twice):
 the engine starts in the lifespan and vLLM is imported only there."""
 
+from typing import Any
+
 from litestar import Litestar
 from litestar.exceptions import HTTPException
 
@@ -18,6 +20,21 @@ from plugins.fanout import FanOut
 from plugins.metrics import MetricsPlugin
 from plugins.pipeline import PipelinePlugin, RequestDefaults
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
+
+
+class ChoirApp(Litestar):
+    """Litestar, served below a root path too (uvicorn's --root-path, vLLM's): uvicorn puts the root path
+    before the request's path, and a proxy that keeps the prefix sends it too; either way the route path
+    (`/llm/llm/v1/models`, `/llm/v1/models` → `/v1/models`) is what is routed, protected and logged."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        root = scope.get("root_path", "")
+        if root and scope["type"] != "lifespan" and scope["path"].startswith(root + "/"):
+            path = scope["path"]
+            while path.startswith(root + "/"):
+                path = path[len(root):]
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None,
@@ -38,7 +55,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:
         raise SystemExit(f"choir: {exc}") from None
-    return Litestar(
+    return ChoirApp(
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),

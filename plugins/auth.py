@@ -68,24 +68,17 @@ class BearerAuthMiddleware(ASGIMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         authorization = next((v.decode() for k, v in scope["headers"] if k == b"authorization"), None)
-        failure = self.config.failure(_route_path(scope["path"], scope.get("root_path", "")), authorization)
+        failure = self.config.failure(scope["path"], authorization)
         if failure is not None:
             raise failure
         await next_app(scope, receive, send)
-
-
-def _route_path(path: str, root_path: str) -> str:
-    """The path the router sees: behind a proxy's prefix (uvicorn's --root-path), `/llm/v1/models` is
-    `/v1/models`, protected alike."""
-    return path[len(root_path):] or "/" if root_path and path.startswith(root_path) else path
 
 
 def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Response]) -> Callable[..., Response]:
     """Unknown routes and methods: a 401 comes before the 404 or 405."""
 
     def handle(request: Request, exc: Exception) -> Response:
-        path = _route_path(request.scope["path"], request.scope.get("root_path", ""))
-        failure = config.failure(path, request.headers.get("authorization"))
+        failure = config.failure(request.scope["path"], request.headers.get("authorization"))
         return handler(request, failure or exc)
 
     return handle

@@ -120,3 +120,37 @@ def test_behind_a_root_path_the_routes_stay_protected(path):
         assert method(path).status_code == 401
         if path.endswith("models"):
             assert client.get(path, headers={"Authorization": "Bearer first-key"}).status_code == 200
+
+
+def test_under_uvicorns_root_path():
+    """uvicorn --root-path /llm puts the root path before the request's path: a client's /v1/... and a
+    proxy's /llm/v1/... both reach the routes, behind the key (vLLM's server answers both)."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from tests.integration.server import free_port
+
+    app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS),
+                     engine_factory=fake_engine_factory(FakeEngine()))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, root_path="/llm", log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        base, key = f"http://127.0.0.1:{port}", {"Authorization": "Bearer first-key"}
+        for path in ("/llm/v1/models", "/v1/models"):
+            assert httpx.get(base + path, headers=key).json()["data"][0]["id"] == "fake-model"
+            assert httpx.get(base + path).status_code == 401
+        for path in ("/llm/v1/nope", "/v1/nope"):
+            assert httpx.get(base + path).status_code == 401 and httpx.get(base + path, headers=key).status_code == 404
+        assert httpx.get(base + "/llm/health").status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(10)
