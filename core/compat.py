@@ -173,7 +173,8 @@ class OperationCompat:
     rules: Rules = field(default_factory=Rules)
 
     def admit(self, body: Any, wire_type: type[T]) -> T:
-        """The request body as its wire type (strictly: `"n": "2"` is an error), once the rules admit it."""
+        """The request body as its wire type, once the rules admit it: strictly (`"n": "2"` is an error)
+        unless the profile's `type_coercion` is lax."""
         body = self.check_body(body, wire_type)
         if self.rules.type_coercion == "lax":
             return msgspec.convert(body, wire_type, strict=False)
