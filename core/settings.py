@@ -31,6 +31,12 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
              "--reasoning-parser": "CHOIR_REASONING_PARSER"}
 EMBEDDING_OWN_FLAGS = {"--model": "CHOIR_EMBEDDING_MODEL", "--served-model-name": "CHOIR_EMBEDDING_MODEL_NAME"}
+# vLLM's front-end flags Choir reads from CHOIR_ENGINE_ARGS itself (the engine's parser knows neither).
+API_SERVER_COUNT_FLAGS = ("--api-server-count", "-asc")
+HEADLESS_FLAG = "--headless"
+# Where the children of one `n > 1` request run under data parallelism: each where vLLM's balancer puts
+# it, or all on one rank (one prefill, one prefix cache). benchmarks/placement.py measures both.
+FANOUT_PLACEMENTS = ("spread", "pinned")
 
 
 class SettingsError(Exception):
@@ -72,6 +78,10 @@ class Settings:
     embedding_model: str | None = None
     embedding_model_name: str | None = None
     embedding_engine_args: tuple[str, ...] = ()
+    # API processes over the same engine cores (vLLM's --api-server-count): 1 is one process, no supervisor.
+    api_servers: int = 1
+    headless: bool = False  # engines only, for a head node's data-parallel front end (vLLM's --headless)
+    fanout_placement: str = "spread"
     # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -134,6 +144,10 @@ class Settings:
         default_name = BUNDLED_MODEL_NAME if bundled else model
         served_model_name = env.get("CHOIR_SERVED_MODEL_NAME") or default_name
         engine_args = _engine_flags(env, "CHOIR_ENGINE_ARGS", OWN_FLAGS)
+        engine_args, api_servers, headless = _front_end_flags(env, engine_args)
+        placement = env.get("CHOIR_FANOUT_PLACEMENT") or "spread"
+        if placement not in FANOUT_PLACEMENTS:
+            raise SettingsError(f"CHOIR_FANOUT_PLACEMENT={placement!r} is not one of {', '.join(FANOUT_PLACEMENTS)}.")
         log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()
         if log_level not in LOG_LEVELS:
             raise SettingsError(f"CHOIR_LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}.")
@@ -160,9 +174,19 @@ class Settings:
             embedding_model=_embedding_model(env.get("CHOIR_EMBEDDING_MODEL") or None),
             embedding_model_name=env.get("CHOIR_EMBEDDING_MODEL_NAME") or None,
             embedding_engine_args=_engine_flags(env, "CHOIR_EMBEDDING_ENGINE_ARGS", EMBEDDING_OWN_FLAGS),
+            api_servers=api_servers,
+            headless=headless,
+            fanout_placement=placement,
             environ=env,
         )
         settings.check_model_names()
+        if settings.api_servers > 1 and settings.allow_runtime_lora:
+            raise SettingsError(
+                f"CHOIR_ALLOW_RUNTIME_LORA=true needs CHOIR_API_SERVERS=1 (it is {settings.api_servers}): each API "
+                "process keeps its own list of adapters, so a load would be served by one process only. "
+                "Serve adapters with CHOIR_LORA_MODULES instead.")
+        if settings.headless and settings.api_servers > 1:
+            raise SettingsError("--headless in CHOIR_ENGINE_ARGS runs engines only: CHOIR_API_SERVERS must be 1.")
         return settings
 
     def check_model_names(self) -> None:
@@ -247,6 +271,30 @@ def _engine_flags(env: dict[str, str], name: str, own: dict[str, str]) -> tuple[
         if any(arg == flag or arg.startswith(flag + "=") for arg in flags):
             raise SettingsError(f"{name} must not contain {flag}: set {setting} instead.")
     return flags
+
+
+def _front_end_flags(env: dict[str, str], flags: tuple[str, ...]) -> tuple[tuple[str, ...], int, bool]:
+    """CHOIR_API_SERVERS (or --api-server-count N in CHOIR_ENGINE_ARGS, the same) and --headless: taken out
+    of the engine's flags."""
+    count, headless, kept = None, False, []
+    args = iter(flags)
+    for arg in args:
+        name, _, value = arg.partition("=")
+        if name in API_SERVER_COUNT_FLAGS:
+            count = value if value else next(args, "")
+        elif arg == HEADLESS_FLAG:
+            headless = True
+        else:
+            kept.append(arg)
+    api_servers = _positive_int(env, "CHOIR_API_SERVERS", 1)
+    if count is not None:
+        from_flag = _positive_int({"CHOIR_ENGINE_ARGS --api-server-count": count},
+                                  "CHOIR_ENGINE_ARGS --api-server-count", 1)
+        if env.get("CHOIR_API_SERVERS") and from_flag != api_servers:
+            raise SettingsError(f"CHOIR_API_SERVERS={api_servers} and --api-server-count {from_flag} in "
+                                "CHOIR_ENGINE_ARGS disagree: set one of them.")
+        api_servers = from_flag
+    return tuple(kept), api_servers, headless
 
 
 def _flag_name(arg: str) -> str:

@@ -1,12 +1,20 @@
 """GET /metrics in Prometheus text format: vLLM's own engine metrics (vllm:num_requests_running,
 vllm:num_requests_waiting, KV-cache usage, token counters: AsyncLLM registers them in this process)
 and Choir's: requests by route and status, fan-out children, stream disconnects, and end-to-end
-latency and time-to-first-chunk histograms. Open like /health."""
+latency and time-to-first-chunk histograms. Open like /health.
+
+With several API processes (app/serve.py) prometheus_client runs in its multiprocess mode, as vLLM's does:
+each process writes its samples to PROMETHEUS_MULTIPROC_DIR, and any process answers /metrics with all of
+them merged (counters and histograms summed; vLLM's engine gauges are "mostrecent": once, not N times)."""
+
+import os
+from functools import cache
 
 from litestar import Response
 from litestar.config.app import AppConfig
 from litestar.plugins import InitPlugin
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from plugins.spec import operation
 
@@ -23,9 +31,18 @@ REQUEST_DISCONNECTS = Counter("choir_request_disconnects",
                               "Non-streamed requests the client left before the response was ready")
 
 
+@cache
+def registry() -> CollectorRegistry:
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    merged = CollectorRegistry()
+    MultiProcessCollector(merged)
+    return merged
+
+
 @operation("metrics")
 async def metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(registry()), media_type=CONTENT_TYPE_LATEST)
 
 
 def record_request(route: str, method: str, status: int, latency: float, first_chunk: float | None) -> None:

@@ -25,7 +25,9 @@ from plugins.engine.protocol import (
     UnknownAdapter,
 )
 from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_extras, prompt_of
+from plugins.engine.vllm_client import ClientConfig, async_llm, client_label
 from plugins.engine.vllm_errors import rejection, reraise
+from plugins.engine.vllm_version import check_vllm_version
 
 log = structlog.get_logger("choir.engine")
 
@@ -57,6 +59,15 @@ def check_gpu_share(generation_args: Any, embedding_args: Any) -> None:
             f"CHOIR_ENGINE_ARGS and CHOIR_EMBEDDING_ENGINE_ARGS: both engines share the GPU, and their "
             f"--gpu-memory-utilization ({shares[0]} and {shares[1]}) add up to more than {GPU_SHARE_LIMIT}. "
             f"Give each its share, e.g. 0.8 and 0.1.")
+
+
+def parse_embedding_engine_args(settings: Settings) -> Any:
+    """The embedding engine's stats stay out of /metrics (`--disable-log-stats` unless
+    CHOIR_EMBEDDING_ENGINE_ARGS says otherwise): vLLM's gauges have one name per process."""
+    argv = settings.embedding_engine_argv()
+    if not any(flag.startswith(("--disable-log-stats", "--no-disable-log-stats")) for flag in argv):
+        argv.append("--disable-log-stats")
+    return parse_flags(argv, "CHOIR_EMBEDDING_ENGINE_ARGS")
 
 
 def parse_flags(argv: list[str], setting: str) -> Any:
@@ -209,7 +220,7 @@ def settle_after_startup() -> None:
     gc.freeze()
 
 
-def _engine_environment(settings: Settings) -> None:
+def engine_environment(settings: Settings) -> None:
     """vLLM reads its settings from the environment: Choir's defaults, under what .env says."""
     from_settings = {key: value for key, value in settings.environ.items() if key.startswith("VLLM_")}
     for key, value in {**ENGINE_ENVIRONMENT, **from_settings}.items():
@@ -217,55 +228,50 @@ def _engine_environment(settings: Settings) -> None:
 
 
 @asynccontextmanager
-async def start_vllm_engine(settings: Settings) -> AsyncIterator[VllmEngine]:
-    _engine_environment(settings)
+async def start_vllm_engine(settings: Settings, client: ClientConfig | None = None) -> AsyncIterator[VllmEngine]:
+    """`client`: attach to engine cores a supervisor started (app/serve.py), as API process i of N;
+    None: start the engines here, in this process's AsyncLLM."""
+    check_vllm_version(settings.environ)
+    engine_environment(settings)
     import vllm
     from vllm.platforms import current_platform
-    from vllm.v1.engine.async_llm import AsyncLLM
 
     engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
     if settings.embedding_model is not None and not current_platform.is_cpu():
         check_gpu_share(engine_args, parse_flags(settings.embedding_engine_argv(), "CHOIR_EMBEDDING_ENGINE_ARGS"))
     started = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(engine_args)
-    log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1))
-    settle_after_startup()
-    try:
-        served = VllmEngine(engine, engine_args, vllm.__version__, settings.model)
-        for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
-            try:
-                await served.load_adapter(module.name, module.path, base_model_name=module.base_model_name)
-            except AdapterError as exc:
-                raise SettingsError(f"CHOIR_LORA_MODULES: {exc}") from None
-        yield served
-    finally:
-        gc.unfreeze()  # collectable again, at shutdown at the latest
-        engine.shutdown()
-        log.info("engine stopped")
+    async with async_llm(engine_args, client) as engine:
+        log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1),
+                 **client_label(client))
+        settle_after_startup()
+        try:
+            served = VllmEngine(engine, engine_args, vllm.__version__, settings.model)
+            for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
+                try:
+                    await served.load_adapter(module.name, module.path, base_model_name=module.base_model_name)
+                except AdapterError as exc:
+                    raise SettingsError(f"CHOIR_LORA_MODULES: {exc}") from None
+            yield served
+        finally:
+            gc.unfreeze()  # collectable again, at shutdown at the latest
+    log.info("engine stopped")
 
 
 @asynccontextmanager
-async def start_vllm_embedding_engine(settings: Settings) -> AsyncIterator[Any]:
-    """The second engine, for /v1/embeddings. Its stats stay out of /metrics (`--disable-log-stats`
-    unless CHOIR_EMBEDDING_ENGINE_ARGS says otherwise): vLLM's gauges have one name per process."""
-    _engine_environment(settings)
+async def start_vllm_embedding_engine(settings: Settings, client: ClientConfig | None = None) -> AsyncIterator[Any]:
+    """The second engine, for /v1/embeddings (`client` as for start_vllm_engine)."""
+    check_vllm_version(settings.environ)
+    engine_environment(settings)
     import vllm
-    from vllm.v1.engine.async_llm import AsyncLLM
 
     from plugins.engine.vllm_embedding import VllmEmbeddingEngine
 
-    argv = settings.embedding_engine_argv()
-    if not any(flag.startswith(("--disable-log-stats", "--no-disable-log-stats")) for flag in argv):
-        argv.append("--disable-log-stats")
-    engine_args = parse_flags(argv, "CHOIR_EMBEDDING_ENGINE_ARGS")
+    engine_args = parse_embedding_engine_args(settings)
     gc.unfreeze()  # a second start-up: freeze again after it
     started = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(engine_args)
-    log.info("embedding engine started", model=settings.embedding_model,
-             seconds=round(time.perf_counter() - started, 1))
-    settle_after_startup()
-    try:
+    async with async_llm(engine_args, client) as engine:
+        log.info("embedding engine started", model=settings.embedding_model,
+                 seconds=round(time.perf_counter() - started, 1), **client_label(client))
+        settle_after_startup()
         yield VllmEmbeddingEngine(engine, engine_args, vllm.__version__, settings.embedding_model)
-    finally:
-        engine.shutdown()
-        log.info("embedding engine stopped")
+    log.info("embedding engine stopped")

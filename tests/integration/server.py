@@ -59,25 +59,27 @@ class Server:
         return code
 
 
-def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: int = 3) -> Server:
+def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: int = 3,
+                 serve: bool = False) -> Server:
     """uvicorn binds its port only after the lifespan has started the engine, whose own processes
-    take free ports meanwhile: a port taken that way is retried with another."""
+    take free ports meanwhile: a port taken that way is retried with another. `serve`: started as
+    `make serve` starts it (app/serve.py: the supervisor, for CHOIR_API_SERVERS > 1)."""
     for attempt in range(attempts):
         try:
-            return _start_server(log_path, env)
+            return _start_server(log_path, env, serve)
         except RuntimeError as exc:
             if "address already in use" not in str(exc) or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _start_server(log_path: Path, env: dict[str, str] | None) -> Server:
+def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = False) -> Server:
     port = free_port()
     environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", **(env or {})}
     log = log_path.open("w")
+    command = ["-m", "app.serve"] if serve else ["-m", "uvicorn", "--factory", "app.asgi:create_app"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--host", "127.0.0.1",
-         "--port", str(port)],
+        [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
     )
     server = Server(process, f"http://127.0.0.1:{port}", log_path)

@@ -1,0 +1,155 @@
+"""CHOIR_API_SERVERS=2 for real: `python -m app.serve` (what `make serve` runs) starts one engine core and two
+API processes attached to it, as `vllm serve --api-server-count 2` does. What is per process must hold for
+the whole server: metrics, health, the disconnect abort, SIGTERM, and a process that dies."""
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from tests.integration.server import Server, start_server
+from tests.integration.test_fanout import engine_gauge
+from tests.sse import sse_json
+
+pytestmark = pytest.mark.engine
+
+TWO = {"CHOIR_API_SERVERS": "2"}
+
+
+def served_by(server: Server) -> set[int]:
+    """The API processes that wrote a request line (each worker's lines carry its index)."""
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    return {line["api_server"] for line in lines if line.get("event") == "request" and "api_server" in line}
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory) -> Server:
+    server = start_server(tmp_path_factory.mktemp("two") / "server.log", TWO, serve=True)
+    yield server
+    server.stop()
+
+
+def test_both_processes_serve_one_engine(two):
+    ids = set()
+    for _ in range(24):  # a new connection each: the kernel hands each to whichever process accepts it
+        reply = httpx.post(f"{two.base_url}/v1/completions", json={"prompt": "hi", "max_tokens": 3}, timeout=60)
+        assert reply.status_code == 200
+        ids.add(reply.json()["id"])
+    assert len(ids) == 24  # response ids unique across processes
+    assert served_by(two) == {0, 1}
+    assert two.log().count('"event": "engine cores ready"') == 1  # one engine core, started once
+
+
+def test_metrics_show_the_whole_server(two):
+    def total(text: str, sample: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample))
+
+    sample = 'choir_requests_total{method="POST",route="createChat'
+    before = total(httpx.get(f"{two.base_url}/metrics").text, sample)
+    for _ in range(10):
+        httpx.post(f"{two.base_url}/v1/chat/completions", timeout=60,
+                   json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    scrapes = [httpx.get(f"{two.base_url}/metrics").text for _ in range(6)]  # answered by either process
+    assert {total(text, sample) - before for text in scrapes} == {10}
+    for text in scrapes:  # vLLM's engine gauges once (one engine), not once per API process
+        running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
+        assert len(running) == 1, running
+
+
+def test_a_client_that_leaves_aborts_its_children(two):
+    body = {"prompt": "story", "n": 4, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", f"{two.base_url}/v1/completions", json=body) as response:
+            lines = response.iter_lines()
+            seen = 0
+            while seen < 8:
+                seen += next(lines).startswith("data: ")
+            response.close()
+    deadline = time.monotonic() + 10
+    while engine_gauge(two, "vllm:num_requests_running") > 0:
+        assert time.monotonic() < deadline, "the engine still runs the children of a stream nobody reads"
+        time.sleep(0.1)
+
+
+def test_sigterm_drains_every_process_then_stops_the_engine(tmp_path):
+    server = start_server(tmp_path / "server.log", TWO, serve=True)
+    results: list[httpx.Response] = []
+
+    def stream() -> None:
+        results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
+            "prompt": "long story", "max_tokens": 600, "ignore_eos": True, "stream": True}))
+
+    threads = [threading.Thread(target=stream) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while engine_gauge(server, "vllm:num_requests_running") < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    code = server.stop()  # SIGTERM; asserts that no process is left behind
+    for thread in threads:
+        thread.join(60)
+    assert code == 0
+    for response in results:  # drained: every stream ran to its end
+        events, done = sse_json(response.text)
+        assert done == 1 and events[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_an_engine_that_dies_makes_every_process_unhealthy(tmp_path):
+    server = start_server(tmp_path / "server.log", TWO, serve=True)
+    try:
+        [core] = [p for p in server.descendants() if p.name().startswith("VLLM::EngineCor")]
+        results: list[httpx.Response] = []
+
+        def stream() -> None:
+            results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
+                "prompt": "long story", "max_tokens": 1500, "ignore_eos": True, "stream": True}))
+
+        threads = [threading.Thread(target=stream) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while engine_gauge(server, "vllm:num_requests_running") < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        core.kill()
+        for thread in threads:
+            thread.join(60)
+            assert not thread.is_alive()  # no stream hangs
+        for response in results:
+            assert response.status_code == 200
+            events, done = sse_json(response.text)
+            assert done == 1 and events[-1]["error"]["code"] == 503
+        # Every process says so: 503 on each of many fresh connections (either process answers each).
+        deadline = time.monotonic() + 10
+        while True:
+            codes = [httpx.get(f"{server.base_url}/health").status_code for _ in range(12)]
+            if set(codes) == {503}:
+                break
+            assert time.monotonic() < deadline, codes
+            time.sleep(0.2)
+        reply = httpx.post(f"{server.base_url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
+        assert reply.status_code == 503
+        assert server.process.poll() is None  # up, for an orchestrator's health check to restart
+    finally:
+        server.stop()
+
+
+def test_an_api_process_that_dies_stops_the_server_cleanly(tmp_path):
+    server = start_server(tmp_path / "server.log", TWO, serve=True)
+    everything = server.descendants()
+    worker = next(p for p in everything if p.name().startswith("VLLM::APIServ"))
+    worker.send_signal(signal.SIGKILL)
+    try:
+        code = server.process.wait(60)
+    except Exception:
+        server.stop()
+        raise
+    assert code == 1
+    _, alive = psutil.wait_procs(everything, timeout=20)
+    assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
+    assert "an API process exited" in server.log()
