@@ -66,7 +66,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
                  ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine.state_key),
-                 PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices), engine.state_key,
+                 PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
+                                       settings.fanout_placement), engine.state_key,
                                 engine.embedding_state_key,
                                 RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage)),
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],

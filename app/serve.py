@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     options = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
+        if settings.headless or settings.api_servers > 1:
+            from plugins.engine.vllm_version import check_vllm_version
+
+            check_vllm_version(settings.environ)  # before vLLM's launchers are imported
         if settings.headless:
             run_headless(settings)
         elif settings.api_servers == 1:

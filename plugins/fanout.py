@@ -2,11 +2,20 @@
 samples them (`vllm/v1/engine/parallel_sampling.py`): child i has request id `f"{i}_{parent}"` and
 seed `seed + i` (unseeded stays unseeded), every other sampling field unchanged. With n = 1 the
 request keeps its id and params, so n = 1 is untouched.
+
+Under data parallelism (several engine ranks) `placement` says where the children run: "spread", each
+where vLLM's balancer puts it (the children decode in parallel on several engines), or "pinned", all on
+one rank, the ranks taken in turn (one prefill, one prefix cache). CHOIR_FANOUT_PLACEMENT sets it;
+benchmarks/placement.py measures both.
 """
 
 import copy
-from dataclasses import dataclass
+import itertools
+import os
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import msgspec
 
 from core.errors import bad_request
 from core.protocol.common import INT64_MAX
@@ -42,6 +51,9 @@ class FanOut:
     max_n: int = 128  # CHOIR_MAX_N
     max_prompts: int = 1024  # CHOIR_MAX_PROMPTS
     max_choices: int = 1024  # CHOIR_MAX_CHOICES: n × prompts, the engine requests one request may make
+    placement: str = "spread"  # CHOIR_FANOUT_PLACEMENT: "spread" or "pinned" (with several engine ranks)
+    _turns: "itertools.count[int]" = field(default_factory=lambda: itertools.count(os.getpid()), repr=False,
+                                           compare=False)
 
     def check(self, n: int, seed: int | None) -> None:
         if n > self.max_n:
@@ -57,11 +69,16 @@ class FanOut:
             raise bad_request(f"n × prompts must be at most {self.max_choices} (CHOIR_MAX_CHOICES), got "
                               f"{n} × {prompts} = {n * prompts}.", "n")
 
-    def choices(self, requests: list[PromptRequest], n: int) -> list[Choice]:
+    def choices(self, requests: list[PromptRequest], n: int, ranks: int = 1) -> list[Choice]:
+        """`ranks`: the engine's data-parallel ranks."""
         if n == 1:
             return [Choice(r.prompt_index, r.prompt_index, r.prompt, r.params, r.request_id, r.options)
                     for r in requests]
         FANOUT_CHILDREN.inc(n * len(requests))
+        if ranks > 1 and self.placement == "pinned":
+            rank = next(self._turns) % ranks  # one rank for all of this request's children
+            requests = [replace(r, options=msgspec.structs.replace(r.options, data_parallel_rank=rank))
+                        for r in requests]
         return [
             Choice(r.prompt_index * n + i, r.prompt_index, r.prompt, _child_params(r.params, i), f"{i}_{r.request_id}",
                    r.options)

@@ -50,6 +50,7 @@ class FakeEngine:
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
     priority_scheduling: bool = False
+    data_parallel_size: int = 1
     vocab_size: int = 0x110000 + 3  # every code point
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)

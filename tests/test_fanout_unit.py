@@ -100,3 +100,22 @@ async def test_closing_a_merged_stream_aborts_every_child():
         seen |= {choice.index for choice, _ in await anext(batches)}
     await batches.aclose()
     assert sorted(engine.aborted) == ["0_r", "1_r", "2_r"] and not engine.running
+
+
+async def test_pinned_placement_puts_a_requests_children_on_one_rank_taking_ranks_in_turn():
+    engine = FakeEngine()
+    [a, b] = await prompts(engine, "x", "y")
+    options = GenerateOptions(adapter="tuned")
+    fan_out = FanOut(placement="pinned")
+    both = [PromptRequest(0, a, params(), "r1", options), PromptRequest(1, b, params(), "r2", options)]
+    first = fan_out.choices(both, 3, ranks=2)
+    assert len({c.options.data_parallel_rank for c in first}) == 1  # every child of the request: one rank
+    assert all(c.options.adapter == "tuned" for c in first)  # the rest of the options kept
+    second = fan_out.choices([PromptRequest(0, a, params(), "r3")], 2, ranks=2)
+    assert {c.options.data_parallel_rank for c in second} == {1 - first[0].options.data_parallel_rank}
+    # Spread (the default), one rank, or n = 1: vLLM's balancer places every request.
+    assert {c.options.data_parallel_rank for c in FanOut().choices([PromptRequest(0, a, params(), "r")], 3, 2)} \
+        == {None}
+    assert {c.options.data_parallel_rank for c in fan_out.choices([PromptRequest(0, a, params(), "r")], 3, 1)} \
+        == {None}
+    assert fan_out.choices([PromptRequest(0, a, params(), "r")], 1, 2)[0].options is NO_OPTIONS

@@ -145,8 +145,9 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
                                *_reasoning_for_engine(request, parsers, kwargs, prompt.token_ids, constraint))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id, options=options)
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    choices = fan_out.choices([single], candidates or request.n, engine.data_parallel_size)
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
-                   choices=fan_out.choices([single], candidates or request.n), system_fingerprint=fingerprint,
+                   choices=choices, system_fingerprint=fingerprint,
                    keep=request.n if candidates else None, compat=compat, tools=tools, parsers=parsers,
                    parser_request=parser_request, template_kwargs=kwargs)
 

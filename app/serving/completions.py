@@ -72,8 +72,9 @@ async def plan_completion(pipeline: Pipeline, request: CompletionRequest, respon
         requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id,
                                       options=options))
     fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    choices = fan_out.choices(requests, candidates or request.n, engine.data_parallel_size)
     return CompletionJob(request=request, model=model.name, response_id=response_id, created=created,
-                         choices=fan_out.choices(requests, candidates or request.n), system_fingerprint=fingerprint,
+                         choices=choices, system_fingerprint=fingerprint,
                          echo_only=requested == 0, keep=request.n if candidates else None, compat=compat)
 
 

@@ -47,6 +47,7 @@ class GenerateOptions(msgspec.Struct, frozen=True):
     # first token; None lets the engine find the end of the reasoning itself.
     reasoning_ended: bool | None = None
     reasoning_parser_kwargs: dict[str, Any] | None = None
+    data_parallel_rank: int | None = None  # the engine rank to run on (None: vLLM's balancer chooses)
 
 
 NO_OPTIONS = GenerateOptions()
@@ -66,6 +67,7 @@ class Engine(Protocol):
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
+    data_parallel_size: int  # engine ranks this process can send a request to (1 without data parallelism)
     vocab_size: int  # token ids go from 0 to vocab_size - 1
     tokenizer: Any  # vLLM's tokenizer of the model (the serving side builds its parsers with it)
 

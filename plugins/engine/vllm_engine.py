@@ -97,6 +97,10 @@ class VllmEngine(VllmBase):
         config = engine.model_config
         self.default_sampling_params = dict(config.get_diff_sampling_param())
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
+        parallel = engine.vllm_config.parallel_config
+        # The ranks vLLM's InputProcessor accepts from this client (a hybrid-LB node: its own).
+        self.data_parallel_size = parallel.data_parallel_size_local if parallel.local_engines_only \
+            else parallel.data_parallel_size
         self._loras: dict[str, Any] = {}  # adapter name → vLLM's LoRARequest
         self._next_lora_id = 1
         self._adapters_lock = asyncio.Lock()
@@ -132,7 +136,8 @@ class VllmEngine(VllmBase):
         if options is not NO_OPTIONS:
             extra = {"priority": options.priority, "session_id": options.session_id,
                      "reasoning_ended": options.reasoning_ended,
-                     "reasoning_parser_kwargs": options.reasoning_parser_kwargs}
+                     "reasoning_parser_kwargs": options.reasoning_parser_kwargs,
+                     "data_parallel_rank": options.data_parallel_rank}
             if options.adapter is not None:
                 extra["lora_request"] = self._loras.get(options.adapter)
                 if extra["lora_request"] is None:
