@@ -148,6 +148,7 @@ def run_headless(settings: Settings) -> None:
     engine_environment(settings)
     argv = settings.engine_argv(CPU_ENGINE_ARGS if current_platform.is_cpu() else ())
     args = make_arg_parser(FlexibleArgumentParser(prog="choir-serve")).parse_args([*argv, "--headless"])
+    args.api_server_count = 0  # what `vllm serve --headless` defaults it to: no API process here
     vllm_headless(args)
 
 
