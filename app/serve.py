@@ -84,9 +84,10 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
     from vllm.platforms import current_platform
 
     sock = create_server_socket((host, port), reuse_port=True)
-    roles = [EngineCores("generation", parse_engine_args(settings, on_cpu=current_platform.is_cpu()), n)]
+    roles = [EngineCores("generation", parse_engine_args(settings, on_cpu=current_platform.is_cpu()), n,
+                         "CHOIR_ENGINE_ARGS")]
     if settings.embedding_model is not None:
-        roles.append(EngineCores("embedding", parse_embedding_engine_args(settings), n))
+        roles.append(EngineCores("embedding", parse_embedding_engine_args(settings), n, "CHOIR_EMBEDDING_ENGINE_ARGS"))
     workers: Any = None
     code = 0
     try:

@@ -288,6 +288,8 @@ def _front_end_flags(env: dict[str, str], flags: tuple[str, ...]) -> tuple[tuple
             kept.append(arg)
     api_servers = _positive_int(env, "CHOIR_API_SERVERS", 1)
     if count is not None:
+        if not count:
+            raise SettingsError("CHOIR_ENGINE_ARGS: --api-server-count needs a number of API processes.")
         from_flag = _positive_int({"CHOIR_ENGINE_ARGS --api-server-count": count},
                                   "CHOIR_ENGINE_ARGS --api-server-count", 1)
         if env.get("CHOIR_API_SERVERS") and from_flag != api_servers:

@@ -104,7 +104,8 @@ def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
 
 @pytest.mark.parametrize("env", [{"CHOIR_MAX_N": "many"}, {"CHOIR_COMPAT": "openai-ish"},
                                  {"CHOIR_ENGINE_ARGS": "--no-such-flag"}, {"CHOIR_TOOL_PARSER": "no-such-parser"},
-                                 {"CHOIR_REASONING_PARSER": "no-such-parser"}])
+                                 {"CHOIR_REASONING_PARSER": "no-such-parser"},
+                                 {"CHOIR_ENGINE_ARGS": "--data-parallel-size 2 --data-parallel-size-local 3"}])
 def test_server_with_a_bad_setting_exits_with_one_line(env):
     """Both kinds: checked when the app is built, and when the engine's flags are parsed."""
     result = subprocess.run(

@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from core.settings import SettingsError
+
 log = structlog.get_logger("choir.engine")
 
 # What a supervisor hands API process i for one engine role: vLLM's client_config (the ZMQ addresses and
@@ -27,14 +29,31 @@ def client_label(client: ClientConfig | None) -> dict[str, int]:
     return {} if client is None else {"api_server": client["client_index"], "api_servers": client["client_count"]}
 
 
+def engine_config(engine_args: Any, setting: str, api_server: bool = False) -> Any:
+    """vLLM's engine config for these flags; flags the engine refuses (`--data-parallel-size-local 3` of 2,
+    external DP for a dense model, Ray on CPU, ...) stop start-up with one line naming the setting."""
+    from vllm.usage.usage_lib import UsageContext
+
+    context = UsageContext.OPENAI_API_SERVER if api_server else UsageContext.ENGINE_CONTEXT
+    try:
+        return engine_args.create_engine_config(usage_context=context)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        errors = exc.errors() if hasattr(exc, "errors") else None
+        reason = "; ".join(str(e["msg"]) for e in errors) if errors else (str(exc).splitlines() or [repr(exc)])[0]
+        raise SettingsError(f"{setting}: the engine refuses these flags: {reason}") from None
+
+
 @asynccontextmanager
-async def async_llm(engine_args: Any, client: ClientConfig | None) -> AsyncIterator[Any]:
+async def async_llm(engine_args: Any, client: ClientConfig | None, setting: str) -> AsyncIterator[Any]:
+    """`setting`: where the flags came from (CHOIR_ENGINE_ARGS, CHOIR_EMBEDDING_ENGINE_ARGS)."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
     async with AsyncExitStack() as stack:
         if client is None:
             cpu_thread_binding(engine_args)
-            engine = AsyncLLM.from_engine_args(engine_args)
+            config = engine_config(engine_args, setting)
+            engine = AsyncLLM.from_vllm_config(config, enable_log_requests=engine_args.enable_log_requests,
+                                               disable_log_stats=engine_args.disable_log_stats)
             stack.callback(engine.shutdown)
         else:
             from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client_from_engine_args

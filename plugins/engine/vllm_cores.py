@@ -10,20 +10,18 @@ from typing import Any
 
 import structlog
 
-from plugins.engine.vllm_client import ClientConfig, cpu_thread_binding
+from plugins.engine.vllm_client import ClientConfig, cpu_thread_binding, engine_config
 
 log = structlog.get_logger("choir.engine")
 
 
 class EngineCores:
-    def __init__(self, role: str, engine_args: Any, api_servers: int) -> None:
-        from vllm.usage.usage_lib import UsageContext
-
+    def __init__(self, role: str, engine_args: Any, api_servers: int, setting: str) -> None:
         self.role, self.api_servers = role, api_servers
         engine_args._api_process_count, engine_args._api_process_rank = api_servers, -1
         self.log_stats = not engine_args.disable_log_stats
         cpu_thread_binding(engine_args)
-        self.vllm_config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        self.vllm_config = engine_config(engine_args, setting, api_server=True)
         self.manager: Any = None
         self.coordinator: Any = None
         self.listeners: Any = None

@@ -245,7 +245,7 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
     if settings.embedding_model is not None and not current_platform.is_cpu():
         check_gpu_share(engine_args, parse_flags(settings.embedding_engine_argv(), "CHOIR_EMBEDDING_ENGINE_ARGS"))
     started = time.perf_counter()
-    async with async_llm(engine_args, client) as engine:
+    async with async_llm(engine_args, client, "CHOIR_ENGINE_ARGS") as engine:
         log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1),
                  **client_label(client))
         settle_after_startup()
@@ -274,7 +274,7 @@ async def start_vllm_embedding_engine(settings: Settings, client: ClientConfig |
     engine_args = parse_embedding_engine_args(settings)
     gc.unfreeze()  # a second start-up: freeze again after it
     started = time.perf_counter()
-    async with async_llm(engine_args, client) as engine:
+    async with async_llm(engine_args, client, "CHOIR_EMBEDDING_ENGINE_ARGS") as engine:
         log.info("embedding engine started", model=settings.embedding_model,
                  seconds=round(time.perf_counter() - started, 1), **client_label(client))
         settle_after_startup()
