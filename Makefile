@@ -40,7 +40,7 @@ model: $(STAMP)
 	@$(BIN)/python -m app.tiny_model --out $(MODEL_DIR)
 
 serve: install
-	$(BIN)/litestar --app app.asgi:create_app run --host $(HOST) --port $(PORT)
+	$(BIN)/choir-serve --host $(HOST) --port $(PORT)
 
 test: install
 	$(BIN)/ruff check app core plugins tests benchmarks conformance

@@ -11,6 +11,7 @@ import httpx
 import psutil
 import pytest
 
+from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
 from tests.integration.server import Server, start_server
 from tests.integration.test_fanout import engine_gauge
 from tests.sse import sse_json
@@ -20,15 +21,28 @@ pytestmark = pytest.mark.engine
 TWO = {"CHOIR_API_SERVERS": "2"}
 
 
-def served_by(server: Server) -> set[int]:
-    """The API processes that wrote a request line (each worker's lines carry its index)."""
+def served_by_count(server: Server) -> dict[int, int]:
+    """Request lines per API process (each worker's lines carry its index)."""
     lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    return {line["api_server"] for line in lines if line.get("event") == "request" and "api_server" in line}
+    counts: dict[int, int] = {}
+    for line in lines:
+        if line.get("event") == "request" and "api_server" in line:
+            counts[line["api_server"]] = counts.get(line["api_server"], 0) + 1
+    return counts
+
+
+def served_by(server: Server) -> set[int]:
+    return set(served_by_count(server))
 
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory) -> Server:
-    server = start_server(tmp_path_factory.mktemp("two") / "server.log", TWO, serve=True)
+    """Every engine role through the same path: the embedding engine's cores are started once too, and
+    each worker attaches to both; the adapter of CHOIR_LORA_MODULES is loaded by each worker."""
+    server = start_server(tmp_path_factory.mktemp("two") / "server.log", {
+        **TWO, "CHOIR_EMBEDDING_MODEL": str(BUNDLED_EMBEDDING_DIR),
+        "CHOIR_LORA_MODULES": f"tiny-lora={BUNDLED_LORA_DIR}", "CHOIR_ENGINE_ARGS": "--max-lora-rank 8"},
+        serve=True)
     yield server
     server.stop()
 
@@ -41,7 +55,23 @@ def test_both_processes_serve_one_engine(two):
         ids.add(reply.json()["id"])
     assert len(ids) == 24  # response ids unique across processes
     assert served_by(two) == {0, 1}
-    assert two.log().count('"event": "engine cores ready"') == 1  # one engine core, started once
+    assert two.log().count('"role": "generation", "api_servers": 2') == 1  # one engine core, started once
+    assert two.log().count('"role": "embedding", "api_servers": 2') == 1
+
+
+def test_every_process_serves_every_model(two):
+    """The embedding engine and the adapter answer from whichever process takes the connection."""
+    before = served_by_count(two)
+    for _ in range(12):
+        embedded = httpx.post(f"{two.base_url}/v1/embeddings", json={"input": "hi"}, timeout=60)
+        assert embedded.status_code == 200 and len(embedded.json()["data"][0]["embedding"]) > 0
+        tuned = httpx.post(f"{two.base_url}/v1/completions", timeout=60,
+                           json={"model": "tiny-lora", "prompt": "hi", "max_tokens": 3})
+        assert tuned.status_code == 200 and tuned.json()["model"] == "tiny-lora"
+    after = served_by_count(two)
+    assert all(after.get(i, 0) > before.get(i, 0) for i in (0, 1)), (before, after)
+    listed = [card["id"] for card in httpx.get(f"{two.base_url}/v1/models").json()["data"]]
+    assert listed == ["choir-tiny", "tiny-lora", "choir-tiny-embed"]
 
 
 def test_metrics_show_the_whole_server(two):
