@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,3 +106,23 @@ def wait_until_healthy(process: subprocess.Popen, base_url: str, timeout: float 
             pass
         time.sleep(0.5)
     raise RuntimeError(f"the server did not become healthy in {timeout:.0f}s")
+
+
+class Streams:
+    """Streamed requests sent from threads at once: `join` waits for them all (and fails if one hangs)."""
+
+    def __init__(self, base_url: str, body: dict, count: int, path: str = "/v1/completions") -> None:
+        self.results: list[httpx.Response] = []
+
+        def stream() -> None:
+            self.results.append(httpx.post(f"{base_url}{path}", timeout=120, json={**body, "stream": True}))
+
+        self.threads = [threading.Thread(target=stream) for _ in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def join(self, timeout: float = 60) -> list[httpx.Response]:
+        for thread in self.threads:
+            thread.join(timeout)
+            assert not thread.is_alive(), "a stream hangs"
+        return self.results

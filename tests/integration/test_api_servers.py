@@ -4,7 +4,6 @@ the whole server: metrics, health, the disconnect abort, SIGTERM, and a process 
 
 import json
 import signal
-import threading
 import time
 
 import httpx
@@ -12,7 +11,7 @@ import psutil
 import pytest
 
 from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
-from tests.integration.server import Server, start_server
+from tests.integration.server import Server, Streams, start_server
 from tests.integration.test_fanout import engine_gauge
 from tests.sse import sse_json
 
@@ -105,24 +104,20 @@ def test_a_client_that_leaves_aborts_its_children(two):
         time.sleep(0.1)
 
 
+def running(server: Server, count: int) -> None:
+    """Until the engine decodes `count` requests (vLLM's gauge: the engine's, whichever process answers)."""
+    deadline = time.monotonic() + 30
+    while engine_gauge(server, "vllm:num_requests_running") < count:
+        assert time.monotonic() < deadline, f"fewer than {count} requests running"
+        time.sleep(0.05)
+
+
 def test_sigterm_drains_every_process_then_stops_the_engine(tmp_path):
     server = start_server(tmp_path / "server.log", TWO, serve=True)
-    results: list[httpx.Response] = []
-
-    def stream() -> None:
-        results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
-            "prompt": "long story", "max_tokens": 600, "ignore_eos": True, "stream": True}))
-
-    threads = [threading.Thread(target=stream) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 30
-    while engine_gauge(server, "vllm:num_requests_running") < 4:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    streams = Streams(server.base_url, {"prompt": "long story", "max_tokens": 600, "ignore_eos": True}, 4)
+    running(server, 4)
     code = server.stop()  # SIGTERM; asserts that no process is left behind
-    for thread in threads:
-        thread.join(60)
+    results = streams.join()
     assert code == 0
     for response in results:  # drained: every stream ran to its end
         events, done = sse_json(response.text)
@@ -133,24 +128,10 @@ def test_an_engine_that_dies_makes_every_process_unhealthy(tmp_path):
     server = start_server(tmp_path / "server.log", TWO, serve=True)
     try:
         [core] = [p for p in server.descendants() if p.name().startswith("VLLM::EngineCor")]
-        results: list[httpx.Response] = []
-
-        def stream() -> None:
-            results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
-                "prompt": "long story", "max_tokens": 1500, "ignore_eos": True, "stream": True}))
-
-        threads = [threading.Thread(target=stream) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 30
-        while engine_gauge(server, "vllm:num_requests_running") < 4:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        streams = Streams(server.base_url, {"prompt": "long story", "max_tokens": 1500, "ignore_eos": True}, 4)
+        running(server, 4)
         core.kill()
-        for thread in threads:
-            thread.join(60)
-            assert not thread.is_alive()  # no stream hangs
-        for response in results:
+        for response in streams.join():
             assert response.status_code == 200
             events, done = sse_json(response.text)
             assert done == 1 and events[-1]["error"]["code"] == 503

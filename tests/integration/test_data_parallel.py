@@ -5,14 +5,13 @@ commands README's "Outgrowing one machine" shows."""
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
 import psutil
 import pytest
 
-from tests.integration.server import ROOT, Server, free_port, start_server
+from tests.integration.server import ROOT, Server, Streams, free_port, start_server
 from tests.sse import sse_json
 
 pytestmark = pytest.mark.engine
@@ -75,24 +74,13 @@ def test_a_remote_headless_engine_serves_then_dies_cleanly(tmp_path):
         counts = children_per_engine(head)
         assert sum(counts.values()) == 16 and counts.get("1", 0) > 0, counts  # rank 1 is the remote one
 
-        results: list[httpx.Response] = []
-
-        def stream() -> None:
-            results.append(httpx.post(f"{head.base_url}/v1/completions", timeout=60, json={
-                "prompt": "long story", "n": 4, "max_tokens": 1500, "ignore_eos": True, "stream": True}))
-
-        threads = [threading.Thread(target=stream) for _ in range(2)]
-        for thread in threads:
-            thread.start()
+        streams = Streams(head.base_url, {"prompt": "long story", "n": 4, "max_tokens": 1500, "ignore_eos": True}, 2)
         head.wait_for_unfinished(8)
         time.sleep(1)  # decoding on both ranks
         [remote] = [p for p in psutil.Process(node.pid).children(recursive=True)
                     if p.name().startswith("VLLM::EngineCor")]
         remote.kill()
-        for thread in threads:
-            thread.join(60)
-            assert not thread.is_alive()  # nothing hangs
-        for response in results:
+        for response in streams.join():  # nothing hangs
             if response.status_code == 200:
                 events, done = sse_json(response.text)
                 assert done == 1 and events[-1]["error"]["code"] == 503

@@ -1,14 +1,13 @@
 """Kill the EngineCore under load: in-flight streams end with one error event and [DONE], /health turns
 503, new requests get 503 in the OpenAI error shape, nothing hangs; SIGTERM then stops the server."""
 
-import threading
 import time
 
 import httpx
 import psutil
 import pytest
 
-from tests.integration.server import start_server
+from tests.integration.server import Streams, start_server
 from tests.sse import sse_json
 
 pytestmark = pytest.mark.engine
@@ -19,21 +18,11 @@ def test_engine_death_ends_every_request_cleanly(tmp_path):
     try:
         [engine_core] = [p for p in server.descendants() if "EngineCore" in " ".join(p.cmdline()) or
                          p.name().startswith("VLLM::EngineCor")]
-        results: list[httpx.Response] = []
-
-        def stream() -> None:
-            results.append(httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
-                "prompt": "long story", "n": 2, "max_tokens": 1500, "ignore_eos": True, "stream": True}))
-
-        threads = [threading.Thread(target=stream) for _ in range(3)]
-        for thread in threads:
-            thread.start()
+        streams = Streams(server.base_url, {"prompt": "long story", "n": 2, "max_tokens": 1500, "ignore_eos": True}, 3)
         server.wait_for_unfinished(6)
         time.sleep(0.5)  # past prefill: the streams are decoding (1500 tokens take seconds more)
         engine_core.kill()
-        for thread in threads:
-            thread.join(60)
-            assert not thread.is_alive()  # no stream hangs
+        results = streams.join()  # no stream hangs
         started = 0
         for response in results:
             if response.status_code == 200:  # the stream had started: one error event, then [DONE]
