@@ -66,7 +66,12 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
 
     from app.worker import WorkerArgs, run_worker
     from plugins.engine.vllm_cores import EngineCores
-    from plugins.engine.vllm_engine import engine_environment, parse_embedding_engine_args, parse_engine_args
+    from plugins.engine.vllm_engine import (
+        check_gpu_share,
+        engine_environment,
+        parse_embedding_engine_args,
+        parse_engine_args,
+    )
 
     n = settings.api_servers
     setup_multiprocess_prometheus()  # before any worker imports prometheus_client
@@ -84,10 +89,13 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
     from vllm.platforms import current_platform
 
     sock = create_server_socket((host, port), reuse_port=True)
-    roles = [EngineCores("generation", parse_engine_args(settings, on_cpu=current_platform.is_cpu()), n,
-                         "CHOIR_ENGINE_ARGS")]
-    if settings.embedding_model is not None:
-        roles.append(EngineCores("embedding", parse_embedding_engine_args(settings), n, "CHOIR_EMBEDDING_ENGINE_ARGS"))
+    generation = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
+    embedding = parse_embedding_engine_args(settings) if settings.embedding_model is not None else None
+    if embedding is not None and not current_platform.is_cpu():
+        check_gpu_share(generation, embedding)
+    roles = [EngineCores("generation", generation, n, "CHOIR_ENGINE_ARGS")]
+    if embedding is not None:
+        roles.append(EngineCores("embedding", embedding, n, "CHOIR_EMBEDDING_ENGINE_ARGS"))
     workers: Any = None
     code = 0
     try:

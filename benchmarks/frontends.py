@@ -11,6 +11,7 @@ server and the issue's targets, and writes JSON (every round, and the medians).
 
     python -m benchmarks.frontends [--rounds 2] [--requests 300] [--concurrency 1 16 64] [--tokens 16 128]
     python -m benchmarks.frontends --quick          # concurrency 16, 16 tokens
+    python -m benchmarks.frontends --api-servers 1 2  # Choir and vLLM with N API processes (api_servers.py)
 """
 
 import argparse
@@ -118,14 +119,16 @@ def stop(server: Server) -> None:
         server.process.kill()
 
 
-def scenarios(concurrencies: list[int], token_counts: list[int], requests: int) -> list[Scenario]:
+def scenarios(concurrencies: list[int], token_counts: list[int], requests: int,
+              endpoints: tuple[str, ...] = ("completions", "chat"), ns: tuple[int, ...] = (1, 4),
+              modes: tuple[str, ...] = ("stream", "whole")) -> list[Scenario]:
     out = []
     for concurrency in concurrencies:
         count = max(24, requests // 6) if concurrency == 1 else max(requests, 2 * concurrency)
         for tokens in token_counts:
-            for endpoint in ("completions", "chat"):
-                for n in (1, 4):
-                    for stream in (True, False):
+            for endpoint in endpoints:
+                for n in ns:
+                    for stream in (mode == "stream" for mode in modes):
                         out.append(Scenario(endpoint, n, stream, tokens, concurrency, count))
     return out
 
@@ -187,11 +190,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="concurrency 16 and 16 tokens only")
     parser.add_argument("--contestants", nargs="+", default=["choir", "vllm", "engine"],
                         help="choir, vllm, engine, rust (needs benchmarks/rust_frontend.py's set-up)")
+    parser.add_argument("--endpoints", nargs="+", choices=["completions", "chat"], default=["completions", "chat"])
+    parser.add_argument("--n", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--modes", nargs="+", choices=["stream", "whole"], default=["stream", "whole"])
+    parser.add_argument("--api-servers", type=int, nargs="+", metavar="N",
+                        help="Choir (CHOIR_API_SERVERS=N) against vLLM (--api-server-count N) for each N")
     args = parser.parse_args()
     if args.quick:
         args.concurrency, args.tokens = [16], [16]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plan = scenarios(args.concurrency, args.tokens, args.requests)
+    plan = scenarios(args.concurrency, args.tokens, args.requests, tuple(args.endpoints), tuple(args.n),
+                     tuple(args.modes))
+    if args.api_servers:
+        main_api_servers(args, plan)
+        return
     runs: dict[str, dict[str, list[dict]]] = {}
     for round_index in range(args.rounds):
         for name in args.contestants:
@@ -205,6 +217,18 @@ def main() -> None:
     out = RESULTS / "frontends.json"
     out.write_text(json.dumps({"args": vars(args), "scenarios": [asdict(s) for s in plan], "medians": table,
                                "targets": targets, "rounds": runs}, indent=2))
+    print(f"wrote {out}")
+
+
+def main_api_servers(args: argparse.Namespace, plan: list[Scenario]) -> None:
+    from benchmarks import api_servers
+
+    runs = api_servers.run(args.contestants, args.api_servers, args.rounds, plan)
+    table = {label: {key: api_servers.summarize(r) for key, r in by_key.items()} for label, by_key in runs.items()}
+    api_servers.print_table(table)
+    out = RESULTS / "api_servers.json"
+    out.write_text(json.dumps({"args": vars(args), "scenarios": [asdict(s) for s in plan], "medians": table,
+                               "rounds": runs}, indent=2))
     print(f"wrote {out}")
 
 
