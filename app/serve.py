@@ -73,6 +73,7 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
         parse_engine_args,
     )
 
+    _check_before_engines(settings)
     n = settings.api_servers
     setup_multiprocess_prometheus()  # before any worker imports prometheus_client
     stopping = False
@@ -125,6 +126,16 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
             role.shutdown(timeout=max(5.0, timeout - (time.monotonic() - started)))
         log.info("stopped", seconds=round(time.monotonic() - started, 1))
     return code
+
+
+def _check_before_engines(settings: Settings) -> None:
+    """What every worker would refuse at its start-up (the profile, the parsers' names), refused once here,
+    in one line, before any engine starts."""
+    from app.serving.parsers import parser_classes
+    from plugins.spec import SpecConfig
+
+    _ = SpecConfig(compat=settings.compat).operation_rules
+    parser_classes(settings.reasoning_parser, settings.tool_parser)
 
 
 def _wait(workers: list[Any], roles: list[Any], log: Any) -> int:

@@ -81,7 +81,7 @@ class Settings:
     # API processes over the same engine cores (vLLM's --api-server-count): 1 is one process, no supervisor.
     api_servers: int = 1
     headless: bool = False  # engines only, for a head node's data-parallel front end (vLLM's --headless)
-    fanout_placement: str = "spread"
+    fanout_placement: str = "pinned"
     # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -145,7 +145,7 @@ class Settings:
         served_model_name = env.get("CHOIR_SERVED_MODEL_NAME") or default_name
         engine_args = _engine_flags(env, "CHOIR_ENGINE_ARGS", OWN_FLAGS)
         engine_args, api_servers, headless = _front_end_flags(env, engine_args)
-        placement = env.get("CHOIR_FANOUT_PLACEMENT") or "spread"
+        placement = env.get("CHOIR_FANOUT_PLACEMENT") or "pinned"
         if placement not in FANOUT_PLACEMENTS:
             raise SettingsError(f"CHOIR_FANOUT_PLACEMENT={placement!r} is not one of {', '.join(FANOUT_PLACEMENTS)}.")
         log_level = env.get("CHOIR_LOG_LEVEL", "info").lower()

@@ -51,7 +51,7 @@ class FanOut:
     max_n: int = 128  # CHOIR_MAX_N
     max_prompts: int = 1024  # CHOIR_MAX_PROMPTS
     max_choices: int = 1024  # CHOIR_MAX_CHOICES: n × prompts, the engine requests one request may make
-    placement: str = "spread"  # CHOIR_FANOUT_PLACEMENT: "spread" or "pinned" (with several engine ranks)
+    placement: str = "pinned"  # CHOIR_FANOUT_PLACEMENT: "spread" or "pinned" (with several engine ranks)
     _turns: "itertools.count[int]" = field(default_factory=lambda: itertools.count(os.getpid()), repr=False,
                                            compare=False)
 

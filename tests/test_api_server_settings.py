@@ -17,7 +17,7 @@ def settings(tmp_path, **env) -> Settings:
 
 def test_one_api_process_by_default(tmp_path):
     s = settings(tmp_path)
-    assert (s.api_servers, s.headless, s.fanout_placement) == (1, False, "spread")
+    assert (s.api_servers, s.headless, s.fanout_placement) == (1, False, "pinned")
 
 
 @pytest.mark.parametrize("env", [{"CHOIR_API_SERVERS": "3"}, {"CHOIR_ENGINE_ARGS": "--api-server-count 3"},
@@ -67,6 +67,9 @@ def test_one_process_runners_say_they_run_one(env, fragment):
 
 @pytest.mark.parametrize("env, fragment", [
     ({"CHOIR_API_SERVERS": "two"}, "CHOIR_API_SERVERS"),
+    # What each worker would refuse, refused once by the supervisor.
+    ({"CHOIR_API_SERVERS": "2", "CHOIR_COMPAT": "openai-ish"}, "CHOIR_COMPAT"),
+    ({"CHOIR_API_SERVERS": "2", "CHOIR_TOOL_PARSER": "no-such-parser"}, "CHOIR_TOOL_PARSER"),
     # Flags vLLM's parser takes but its engine config refuses: before any engine process starts.
     ({"CHOIR_API_SERVERS": "2", "CHOIR_ENGINE_ARGS": "--data-parallel-size 2 --data-parallel-size-local 3"},
      "CHOIR_ENGINE_ARGS: the engine refuses these flags"),

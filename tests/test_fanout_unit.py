@@ -113,9 +113,9 @@ async def test_pinned_placement_puts_a_requests_children_on_one_rank_taking_rank
     assert all(c.options.adapter == "tuned" for c in first)  # the rest of the options kept
     second = fan_out.choices([PromptRequest(0, a, params(), "r3")], 2, ranks=2)
     assert {c.options.data_parallel_rank for c in second} == {1 - first[0].options.data_parallel_rank}
-    # Spread (the default), one rank, or n = 1: vLLM's balancer places every request.
-    assert {c.options.data_parallel_rank for c in FanOut().choices([PromptRequest(0, a, params(), "r")], 3, 2)} \
-        == {None}
+    # Spread, one rank, or n = 1: vLLM's balancer places every request.
+    spread = FanOut(placement="spread").choices([PromptRequest(0, a, params(), "r")], 3, 2)
+    assert {c.options.data_parallel_rank for c in spread} == {None}
     assert {c.options.data_parallel_rank for c in fan_out.choices([PromptRequest(0, a, params(), "r")], 3, 1)} \
         == {None}
     assert fan_out.choices([PromptRequest(0, a, params(), "r")], 1, 2)[0].options is NO_OPTIONS

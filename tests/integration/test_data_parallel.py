@@ -29,7 +29,7 @@ def children_per_engine(server: Server) -> dict[str, float]:
 
 def test_pinned_children_share_one_rank_under_two_api_processes(tmp_path):
     server = start_server(tmp_path / "server.log", {
-        "CHOIR_API_SERVERS": "2", "CHOIR_FANOUT_PLACEMENT": "pinned",
+        "CHOIR_API_SERVERS": "2",
         "CHOIR_ENGINE_ARGS": "--data-parallel-size 2"}, serve=True)
     try:
         for _ in range(6):
@@ -63,7 +63,7 @@ def test_a_remote_headless_engine_serves_then_dies_cleanly(tmp_path):
     head = None
     try:
         head = start_server(tmp_path / "head.log", {
-            "VLLM_CPU_OMP_THREADS_BIND": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": "0", "CHOIR_FANOUT_PLACEMENT": "spread",
             "CHOIR_ENGINE_ARGS": f"--data-parallel-size 2 --data-parallel-size-local 1 "
                                  f"--data-parallel-address 127.0.0.1 --data-parallel-rpc-port {rpc_port}"},
                              serve=True)
