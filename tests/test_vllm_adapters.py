@@ -17,7 +17,10 @@ class StubAsyncLLM:
     def __init__(self) -> None:
         self.errored = False
         self.model_config = SimpleNamespace(max_model_len=64, get_diff_sampling_param=dict)
-        self.vllm_config = SimpleNamespace(scheduler_config=SimpleNamespace(policy="fcfs"))
+        self.vllm_config = SimpleNamespace(scheduler_config=SimpleNamespace(policy="fcfs"),
+                                           parallel_config=SimpleNamespace(data_parallel_size=1,
+                                                                           data_parallel_size_local=1,
+                                                                           local_engines_only=False))
         self.renderer = SimpleNamespace(tokenizer=SimpleNamespace(max_token_id=99))
         self.loaded: dict[int, str] = {}  # the engine's adapters: id → path
         self.lora_requests: list = []
