@@ -242,8 +242,9 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
     from vllm.platforms import current_platform
 
     engine_args = parse_engine_args(settings, on_cpu=current_platform.is_cpu())
-    if settings.embedding_model is not None and not current_platform.is_cpu():
-        check_gpu_share(engine_args, parse_flags(settings.embedding_engine_argv(), "CHOIR_EMBEDDING_ENGINE_ARGS"))
+    # An attached worker's supervisor checked the shares once, before any engine started (app/serve.py).
+    if client is None and settings.embedding_model is not None and not current_platform.is_cpu():
+        check_gpu_share(engine_args, parse_embedding_engine_args(settings))
     started = time.perf_counter()
     async with async_llm(engine_args, client, "CHOIR_ENGINE_ARGS") as engine:
         log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1),
