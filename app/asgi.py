@@ -1,6 +1,7 @@
 """create_app(): the Litestar application. Cheap to build (`litestar run` builds it twice):
 the engine starts in the lifespan and vLLM is imported only there."""
 
+import sys
 from typing import Any
 
 from litestar import Litestar
@@ -9,7 +10,8 @@ from litestar.exceptions import HTTPException
 from app.docs import docs_assets_router, openapi_config
 from app.errors import exception_handler
 from app.parsers_plugin import ParsersPlugin
-from app.request_log import RequestLogMiddleware, configure_logging
+from app.request_log import configure_logging, watch_request
+from app.requests import request_class
 from app.routes import ROUTE_HANDLERS
 from core.errors import APIError
 from core.settings import Settings, SettingsError
@@ -28,13 +30,54 @@ class ChoirApp(Litestar):
     (`/llm/llm/v1/models`, `/llm/v1/models` → `/v1/models`) is what is routed, protected and logged."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await one_line_startup_failure(super().__call__, scope, receive, send)
+            return
         root = scope.get("root_path", "")
-        if root and scope["type"] != "lifespan" and scope["path"].startswith(root + "/"):
+        if root and scope["path"].startswith(root + "/"):
             path = scope["path"]
             while path.startswith(root + "/"):
                 path = path[len(root):]
             scope = {**scope, "path": path, "raw_path": path.encode()}
-        await super().__call__(scope, receive, send)
+        if scope["type"] == "http":
+            await watch_request(scope, receive, send, super().__call__)
+        else:
+            await super().__call__(scope, receive, send)
+
+
+async def one_line_startup_failure(app: Any, scope: Any, receive: Any, send: Any) -> None:
+    """A bad setting the lifespan finds (a parser's name, an engine flag) stops start-up with one line,
+    `choir: …`, as the settings checked when the app is built do, not with Litestar's traceback. Raised, never
+    `os._exit`: the lifespans' `finally` blocks run, and an in-process runner (a test) gets the SettingsError."""
+    failed = None
+
+    async def send_or_hold(message: Any) -> None:
+        nonlocal failed
+        if message["type"] == "lifespan.startup.failed":
+            failed = message  # Litestar's, with the formatted traceback; sent once we know what failed
+        else:
+            await send(message)
+
+    try:
+        await app(scope, receive, send_or_hold)
+    except BaseException as exc:
+        setting = _settings_error(exc)
+        if setting is not None:
+            print(f"choir: {setting}", file=sys.stderr, flush=True)
+            failed = {"type": "lifespan.startup.failed", "message": ""}
+        raise
+    finally:
+        if failed is not None:
+            await send(failed)
+
+
+def _settings_error(exc: BaseException) -> SettingsError | None:
+    """The SettingsError in `exc`: itself, or inside the exception group Litestar's lifespan task group raises."""
+    if isinstance(exc, SettingsError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next(filter(None, map(_settings_error, exc.exceptions)), None)
+    return None
 
 
 def create_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None,
@@ -73,7 +116,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
-        middleware=[RequestLogMiddleware()],
         openapi_config=openapi_config(load_spec(spec.spec_dir)),
         request_max_body_size=settings.max_body_bytes,
+        request_class=request_class(settings.max_json_depth),
     )

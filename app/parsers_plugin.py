@@ -3,8 +3,6 @@ on the serving side once the engine has started (they need its tokenizer), and k
 for the pipeline. Their names are checked before the engine starts: a name vLLM lacks stops start-up
 with one line, and no engine is left to stop. List it before the engine plugin."""
 
-import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +12,6 @@ from litestar.exceptions import ImproperlyConfiguredException
 from litestar.plugins import InitPlugin
 
 from app.serving.parsers import ParserSet, parser_classes
-from core.settings import SettingsError
 from plugins.engine.plugin import EnginePlugin
 from plugins.pipeline import PARSERS_STATE_KEY
 
@@ -37,11 +34,7 @@ class ParsersPlugin(InitPlugin):
 
     @asynccontextmanager
     async def _names_known(self, app: Litestar) -> AsyncIterator[None]:
-        try:
-            parser_classes(self.reasoning, self.tool)
-        except SettingsError as exc:
-            print(f"choir: {exc}", file=sys.stderr, flush=True)
-            os._exit(2)
+        parser_classes(self.reasoning, self.tool)  # a SettingsError: one line (app/asgi.py)
         yield
 
     def _build(self, app: Litestar) -> None:

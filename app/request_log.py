@@ -4,9 +4,7 @@ import logging
 import time
 
 import structlog
-from litestar.enums import ScopeType
-from litestar.middleware import ASGIMiddleware
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from plugins.metrics import record_request
 
@@ -35,43 +33,53 @@ def configure_logging(level: str) -> None:
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 
-class RequestLogMiddleware(ASGIMiddleware):
-    """Watches each request once: one log line, and its metrics (plugins/metrics.py). One wrapper
-    around `send` for both, since a stream passes every chunk through it."""
+async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+    """Runs `app` on one HTTP request and watches it: one log line and its metrics (plugins/metrics.py),
+    whatever ends it: a handler, an error, the 401 of the auth middleware, the router's 404 or 405, a
+    client that leaves (`client_left`; 499 when no response had started). Wrapped around the whole app
+    (app/asgi.py), outside Litestar's middleware, which the router's answers never reach. One wrapper around
+    `send` for both, since a stream passes every chunk through it; no header is logged (the key is one)."""
+    started = time.perf_counter()
+    state = scope.setdefault("state", {})  # handlers record ids and token counts here
+    status, first_chunk_at, streaming, done, left = 500, None, False, False, False
 
-    scopes = (ScopeType.HTTP,)
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        started = time.perf_counter()
-        state = scope.setdefault("state", {})  # handlers record ids and token counts here
-        status, first_chunk_at, streaming = 500, None, False
-
-        async def send_and_watch(message: Message) -> None:
-            nonlocal status, first_chunk_at, streaming
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
-                                for k, v in message.get("headers", ()))
-            elif streaming and first_chunk_at is None and message.get("body"):
+    async def send_and_watch(message: Message) -> None:
+        nonlocal status, first_chunk_at, streaming, done
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                            for k, v in message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            if streaming and first_chunk_at is None and message.get("body"):
                 first_chunk_at = time.perf_counter()
-            await send(message)
+            done = not message.get("more_body", False)
+        await send(message)
 
-        try:
-            await next_app(scope, receive, send_and_watch)
-        finally:
-            latency = time.perf_counter() - started
-            handler = scope.get("route_handler")
-            method = str(scope.get("method", ""))  # HTTP scopes only (see `scopes`)
-            record_request(getattr(handler, "operation_id", None) or scope["path"], method, status, latency,
-                           None if first_chunk_at is None else first_chunk_at - started)
-            tokens = state.get("tokens")
-            log.info(
-                "request",
-                method=method,
-                path=scope["path"],
-                status=status,
-                request_id=state.get("response_id"),
-                latency_ms=round(latency * 1000, 2),
-                prompt_tokens=tokens and tokens.prompt_tokens,
-                completion_tokens=tokens and tokens.completion_tokens,
-            )
+    async def receive_and_watch() -> ReceiveMessage:
+        nonlocal left
+        message = await receive()
+        if message["type"] == "http.disconnect" and not done:  # uvicorn also says so once the answer is sent
+            left = True
+        return message
+
+    try:
+        await app(scope, receive_and_watch, send_and_watch)
+    finally:
+        latency = time.perf_counter() - started
+        handler = scope.get("route_handler")
+        method = str(scope.get("method", ""))
+        # Never the request's path as a label: a caller could make one series per path it tries.
+        route = getattr(handler, "operation_id", None) or (min(handler.paths) if handler else "unmatched")
+        record_request(route, method, status, latency, None if first_chunk_at is None else first_chunk_at - started)
+        tokens = state.get("tokens")
+        log.info(
+            "request",
+            method=method,
+            path=scope["path"],
+            status=status,
+            request_id=state.get("response_id"),
+            latency_ms=round(latency * 1000, 2),
+            prompt_tokens=tokens and tokens.prompt_tokens,
+            completion_tokens=tokens and tokens.completion_tokens,
+            **({"client_left": True} if left else {}),
+        )

@@ -32,7 +32,7 @@ class APIError(Exception):
 
     @property
     def body(self) -> ErrorResponse:
-        error_type = ERROR_TYPES.get(self.status, HTTPStatus(self.status).phrase.replace(" ", "") + "Error")
+        error_type = ERROR_TYPES.get(self.status) or HTTPStatus(self.status).phrase.replace(" ", "") + "Error"
         return ErrorResponse(ErrorDetail(message=self.message, type=error_type, param=self.param, code=self.status))
 
 

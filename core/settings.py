@@ -61,6 +61,7 @@ class Settings:
     max_prompts: int = 1024
     max_choices: int = 1024
     max_body_bytes: int = 16 * 1024 * 1024
+    max_json_depth: int = 128
     drain_seconds: int = 30
     log_level: str = "info"
     compat: str = "sglang"
@@ -159,6 +160,7 @@ class Settings:
             max_prompts=_positive_int(env, "CHOIR_MAX_PROMPTS", 1024),
             max_choices=_positive_int(env, "CHOIR_MAX_CHOICES", 1024),
             max_body_bytes=_positive_int(env, "CHOIR_MAX_BODY_BYTES", 16 * 1024 * 1024),
+            max_json_depth=_positive_int(env, "CHOIR_MAX_JSON_DEPTH", 128),
             drain_seconds=_positive_int(env, "CHOIR_DRAIN_SECONDS", 30),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",

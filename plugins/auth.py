@@ -1,15 +1,21 @@
-"""Bearer API keys (CHOIR_API_KEY): every /v1 route needs `Authorization: Bearer <key>`.
+"""Bearer API keys (CHOIR_API_KEY): with keys set, every path needs `Authorization: Bearer <key>` but
+the few that are open (health, version, and unless set otherwise the docs and /metrics).
 
-The check runs before anything else decides about the request: in a middleware for the routes
-that exist, and ahead of the 404/405 answer for those that do not, so a caller without a key
-learns nothing about the routes. Keys are compared in constant time (digests, every key tried).
+Closed by default, so a caller without a key learns nothing about the routes: an unknown path is a 401 as a
+known one is, before any 404 or 405, however it is spelt. The open paths are matched on a canonical form
+that undoes everything the router undoes (and more): a spelling the router takes for an open path is open,
+and no other. The check runs in a middleware for the routes that exist, and ahead of the 404/405 answer for
+those that do not. Keys are compared in constant time (digests, every key tried), as bytes: a header that
+is not UTF-8 is just a wrong key.
 """
 
 import hashlib
 import hmac
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from litestar import Request, Response
 from litestar.config.app import AppConfig
@@ -21,10 +27,16 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from core.errors import APIError
 
-# vLLM leaves the tokenizer and SageMaker's /invocations open: the model's text, and all of /v1 behind one path
-PROTECTED = ("/v1", "/tokenize", "/detokenize", "/invocations")
-DOCS = ("/schema",)
-METRICS = ("/metrics",)
+OPEN = ("/health", "/version")
+DOCS = "/schema"  # and everything below it: the docs page's assets, openapi.json
+METRICS = "/metrics"
+
+
+def canonical(path: str) -> str:
+    """`//V1/./models/`, `/v1%2Fmodels`, `/v1/x/../models` → `/v1/models`. Litestar strips and collapses
+    slashes; this also decodes once more, resolves dot segments and folds case."""
+    resolved = posixpath.normpath("/" + unquote(path))
+    return "/" + resolved.lstrip("/").lower()
 
 
 @dataclass(frozen=True)
@@ -33,25 +45,28 @@ class AuthConfig:
     protect_docs: bool = False
     protect_metrics: bool = False
 
-    @property
-    def prefixes(self) -> tuple[str, ...]:
-        return PROTECTED + (DOCS if self.protect_docs else ()) + (METRICS if self.protect_metrics else ())
-
     def protects(self, path: str) -> bool:
-        return any(path == prefix or path.startswith(prefix + "/") for prefix in self.prefixes)
+        path = canonical(path)
+        if path in OPEN or (path == METRICS and not self.protect_metrics):
+            return False
+        return self.protect_docs or not (path == DOCS or path.startswith(DOCS + "/"))
 
-    def failure(self, path: str, authorization: str | None) -> APIError | None:
+    def failure(self, path: str, authorization: bytes | None) -> APIError | None:
         """The 401 to answer, or None when the request may go on."""
         if not self.api_keys or not self.protects(path):
             return None
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        scheme, _, token = (authorization or b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
             return _unauthorized("Missing API key: send `Authorization: Bearer <key>`.")
-        offered = hashlib.sha256(token.strip().encode()).digest()
+        offered = hashlib.sha256(token.strip()).digest()
         matched = False
         for key in self.api_keys:  # no early exit: the time does not tell which key came close
             matched |= hmac.compare_digest(offered, hashlib.sha256(key.encode()).digest())
         return None if matched else _unauthorized("Invalid API key.")
+
+
+def authorization(scope: Scope) -> bytes | None:
+    return next((value for name, value in scope["headers"] if name == b"authorization"), None)
 
 
 def _unauthorized(message: str) -> APIError:
@@ -67,8 +82,7 @@ class BearerAuthMiddleware(ASGIMiddleware):
         self.config = config
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        authorization = next((v.decode() for k, v in scope["headers"] if k == b"authorization"), None)
-        failure = self.config.failure(scope["path"], authorization)
+        failure = self.config.failure(scope["path"], authorization(scope))
         if failure is not None:
             raise failure
         await next_app(scope, receive, send)
@@ -78,7 +92,7 @@ def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Resp
     """Unknown routes and methods: a 401 comes before the 404 or 405."""
 
     def handle(request: Request, exc: Exception) -> Response:
-        failure = config.failure(request.scope["path"], request.headers.get("authorization"))
+        failure = config.failure(request.scope["path"], authorization(request.scope))
         return handler(request, failure or exc)
 
     return handle

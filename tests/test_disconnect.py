@@ -60,3 +60,23 @@ async def test_leaving_a_whole_request_aborts_every_engine_request(path, body):
         # The server goes on serving.
         engine.script = lambda prompt, params: ["ok"]
         assert (await client.post(path, json={**body, "n": 1} if "n" in body else body)).status_code == 200
+
+
+async def test_a_client_that_leaves_is_logged_and_counted_as_a_disconnect_not_a_500():
+    from structlog.testing import capture_logs
+
+    from plugins.metrics import REQUESTS
+
+    engine = FakeEngine(script=lambda prompt, params: SLOW, delay=0.01, max_model_len=4000)
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine))
+    counted = REQUESTS.labels("createChatCompletion", "POST", "499")
+    before, errors_before = counted._value.get(), REQUESTS.labels("createChatCompletion", "POST", "500")._value.get()
+    async with AsyncTestClient(app):
+        with capture_logs() as logs:
+            await leave_after(app, engine, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 200}, 1)
+    [line] = [entry for entry in logs if entry["event"] == "request"]
+    assert line["status"] == 499 and line["client_left"] is True and line["request_id"] == "chatcmpl-gone"
+    assert not [entry for entry in logs if entry["log_level"] == "error"], logs
+    assert counted._value.get() == before + 1
+    assert REQUESTS.labels("createChatCompletion", "POST", "500")._value.get() == errors_before
+    assert engine.running == set() and len(engine.aborted) == 1

@@ -1,9 +1,7 @@
 """The engine plugin's config: it owns the engine's lifespan, its state key and its provider."""
 
 import asyncio
-import os
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -16,7 +14,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
-from core.settings import Settings, SettingsError
+from core.settings import Settings
 from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, EmbeddingEngine, Engine
 
 EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
@@ -97,18 +95,11 @@ class EngineConfig:
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        async with AsyncExitStack() as engines:
-            try:
-                engine = await engines.enter_async_context(self.factory(self.settings))
-                embedding = None
-                if self.settings.embedding_model is not None:
-                    embedding = await engines.enter_async_context(self.embedding_factory(self.settings))
-            except SettingsError as exc:
-                # Litestar would hand uvicorn a formatted traceback; a bad setting deserves one
-                # line, once what did start has stopped.
-                await engines.aclose()
-                print(f"choir: {exc}", file=sys.stderr, flush=True)
-                os._exit(2)
+        async with AsyncExitStack() as engines:  # a SettingsError stops what did start (one line: app/asgi.py)
+            engine = await engines.enter_async_context(self.factory(self.settings))
+            embedding = None
+            if self.settings.embedding_model is not None:
+                embedding = await engines.enter_async_context(self.embedding_factory(self.settings))
             app.state[self.state_key] = engine
             app.state[self.embedding_state_key] = embedding
             app.state[RUNTIME_LORA_STATE_KEY] = self.settings.allow_runtime_lora
