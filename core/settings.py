@@ -62,6 +62,9 @@ class Settings:
     max_choices: int = 1024
     max_body_bytes: int = 16 * 1024 * 1024
     max_json_depth: int = 128
+    max_grammar_bytes: int = 256 * 1024
+    grammar_compile_seconds: int = 10
+    grammar_compilers: int = 1
     drain_seconds: int = 30
     log_level: str = "info"
     compat: str = "sglang"
@@ -161,6 +164,9 @@ class Settings:
             max_choices=_positive_int(env, "CHOIR_MAX_CHOICES", 1024),
             max_body_bytes=_positive_int(env, "CHOIR_MAX_BODY_BYTES", 16 * 1024 * 1024),
             max_json_depth=_positive_int(env, "CHOIR_MAX_JSON_DEPTH", 128),
+            max_grammar_bytes=_positive_int(env, "CHOIR_MAX_GRAMMAR_BYTES", 256 * 1024),
+            grammar_compile_seconds=_positive_int(env, "CHOIR_GRAMMAR_COMPILE_SECONDS", 10),
+            grammar_compilers=_positive_int(env, "CHOIR_GRAMMAR_COMPILERS", 1),
             drain_seconds=_positive_int(env, "CHOIR_DRAIN_SECONDS", 30),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",

@@ -146,3 +146,11 @@ def test_status_499_has_a_body_and_a_type():
     error = APIError(499, "left").body.error
     assert error.type == "ClientClosedRequestError" and error.code == 499
     assert APIError(418, "teapot").body.error.type == "I'maTeapotError"  # HTTPStatus's phrase
+
+
+@pytest.mark.parametrize("name, value", [("CHOIR_MAX_JSON_DEPTH", "0"), ("CHOIR_MAX_GRAMMAR_BYTES", "big"),
+                                         ("CHOIR_GRAMMAR_COMPILE_SECONDS", "0"), ("CHOIR_GRAMMAR_COMPILERS", "-1")])
+def test_the_bounds_refuse_a_bad_value_in_one_line(name, value):
+    from core.settings import SettingsError
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})

@@ -27,6 +27,7 @@ from plugins.engine.protocol import (
 from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_extras, prompt_of
 from plugins.engine.vllm_client import ClientConfig, async_llm, client_label
 from plugins.engine.vllm_errors import rejection, reraise
+from plugins.engine.vllm_grammar import GrammarGate
 from plugins.engine.vllm_version import check_vllm_version
 
 log = structlog.get_logger("choir.engine")
@@ -104,6 +105,7 @@ class VllmEngine(VllmBase):
         self._loras: dict[str, Any] = {}  # adapter name → vLLM's LoRARequest
         self._next_lora_id = 1
         self._adapters_lock = asyncio.Lock()
+        self.grammars: GrammarGate | None = None  # set by start_vllm_engine
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
@@ -143,6 +145,9 @@ class VllmEngine(VllmBase):
                 if extra["lora_request"] is None:
                     raise EngineRejected(f"The model `{options.adapter}` was unloaded while this request waited for "
                                          "the engine: GET /v1/models lists those served.", "model", status=404)
+        structured = getattr(params, "structured_outputs", None)
+        if structured is not None and self.grammars is not None:
+            await self.grammars.admit(structured)
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
             async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
@@ -152,6 +157,10 @@ class VllmEngine(VllmBase):
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
             reraise(exc)
+
+    async def abort_all(self) -> int:
+        stopped = self.grammars.close() if self.grammars is not None else 0  # requests that wait for a compile
+        return stopped + await super().abort_all()
 
     # LoRA adapters. Loads and unloads take turns (`_adapters_lock`): two at once would race for a name
     # and for an adapter id.
@@ -250,8 +259,11 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
         log.info("engine started", model=settings.model, seconds=round(time.perf_counter() - started, 1),
                  **client_label(client))
         settle_after_startup()
+        grammars = GrammarGate(engine.vllm_config, settings.max_grammar_bytes, settings.grammar_compile_seconds,
+                               settings.grammar_compilers)
         try:
             served = VllmEngine(engine, engine_args, vllm.__version__, settings.model)
+            served.grammars = grammars
             for module in settings.lora_modules:  # a bad adapter stops start-up, named (after the engine stops)
                 try:
                     await served.load_adapter(module.name, module.path, base_model_name=module.base_model_name)
@@ -259,6 +271,7 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
                     raise SettingsError(f"CHOIR_LORA_MODULES: {exc}") from None
             yield served
         finally:
+            grammars.close()
             gc.unfreeze()  # collectable again, at shutdown at the latest
     log.info("engine stopped")
 
