@@ -2,14 +2,18 @@
 
     python -m benchmarks.soak [--minutes 30] [--concurrency 64] [--sample-seconds 10] [--seed 0]
 
-Closed-loop clients (httpx) draw each request from a mix: ~85 % good (chat n = 1 and 4, completions,
-streamed and not, a forced tool call, a json_schema response format), ~10 % that leave mid-request (a
-stream after its first few events, a whole answer after a short random delay), ~5 % bad (malformed JSON,
-wrong types, unknown model, n or max_tokens out of range...). The server's process tree's RSS is sampled
-every few seconds; after the clients stop, the engine's running + waiting requests (/metrics) must drain
-to 0. Passes (exit 0) when the server answered no 5xx (its own counter: leavers included), nothing hung
-past HANG_SECONDS, every good request got a 200 without an error event and every bad one a 4xx in
-OpenAI's error shape. Writes benchmarks/results/soak.json.
+Closed-loop clients (aiohttp) draw each request, for the first model /v1/models lists, from a mix: ~85 %
+good (chat n = 1 and 4, completions, streamed and not, a forced tool call, a json_schema response format),
+~10 % that leave mid-request (a stream after its first few events, a whole answer after a short random
+delay), ~5 % bad (malformed JSON, wrong types, unknown model, n or max_tokens out of range...). The RSS of
+the server's process tree is sampled every few seconds; after the clients stop, the engine's running +
+waiting requests (/metrics) must drain to 0. Passes (exit 0) when the server answered no 5xx (its own
+counter: leavers included), nothing hung past HANG_SECONDS, every good request got a 200 without an error
+event and every bad one a 4xx in OpenAI's error shape. Writes benchmarks/results/soak.json.
+
+aiohttp, not httpx: httpcore 1.0.9's pool keeps the slot of a request cancelled at the wrong moment
+(encode/httpcore#1093), and the cancelled requests of clients that leave wedged every connection of a
+30-minute run's pool within minutes.
 """
 
 import argparse
@@ -21,7 +25,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Coroutine
 
-import httpx
+import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -60,8 +64,8 @@ BAD: list[tuple[str, str, dict | bytes, dict]] = [
 ]
 
 
-def good_request(kind: str, rng: random.Random) -> tuple[str, dict]:
-    body: dict = {"model": "choir-tiny", "max_tokens": rng.randint(8, 48), "seed": rng.randrange(1 << 30)}
+def good_request(kind: str, model: str, rng: random.Random) -> tuple[str, dict]:
+    body: dict = {"model": model, "max_tokens": rng.randint(8, 48), "seed": rng.randrange(1 << 30)}
     if kind in ("tools", "json_schema"):  # constrained: always bounded, a random model can loop in a grammar
         body |= {"messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "stream": rng.random() < 0.5}
         if kind == "tools":
@@ -79,18 +83,16 @@ def good_request(kind: str, rng: random.Random) -> tuple[str, dict]:
     return COMPLETIONS, body | {"prompt": rng.choice(PROMPTS)}
 
 
-async def send_good(client: httpx.AsyncClient, path: str, body: dict) -> str:
-    if not body["stream"]:
-        response = await client.post(path, json=body)
-        if response.status_code == 200 and "choices" not in response.json():
-            return "200 without choices"
-        return str(response.status_code)
-    async with client.stream("POST", path, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            return str(response.status_code)
+async def send_good(session: aiohttp.ClientSession, path: str, body: dict) -> str:
+    async with session.post(path, json=body) as response:
+        if response.status != 200:
+            await response.read()
+            return str(response.status)
+        if not body["stream"]:
+            return "200" if "choices" in await response.json() else "200 without choices"
         done = 0
-        async for line in response.aiter_lines():
+        async for raw in response.content:  # one SSE line at a time
+            line = raw.decode().strip()
             if line == "data: [DONE]":
                 done += 1
             elif line.startswith("data: ") and "error" in json.loads(line[6:]):
@@ -98,50 +100,55 @@ async def send_good(client: httpx.AsyncClient, path: str, body: dict) -> str:
         return "200" if done == 1 else f"{done} [DONE]"
 
 
-async def send_leaving(client: httpx.AsyncClient, path: str, body: dict, rng: random.Random) -> str:
+async def send_leaving(session: aiohttp.ClientSession, path: str, body: dict, rng: random.Random) -> str:
     if not body["stream"]:
         try:  # the cancellation closes the connection: the client is gone
-            response = await asyncio.wait_for(client.post(path, json=body), rng.uniform(0.05, 0.5))
+            async with asyncio.timeout(rng.uniform(0.05, 0.5)):
+                async with session.post(path, json=body) as response:
+                    await response.read()
         except TimeoutError:
             return "left"
-        return str(response.status_code)
+        return str(response.status)
     leave_after = rng.randint(1, 8)
-    async with client.stream("POST", path, json=body) as response:
-        async for line in response.aiter_lines():
-            leave_after -= line.startswith("data: ")
+    async with session.post(path, json=body) as response:
+        async for raw in response.content:
+            leave_after -= raw.startswith(b"data: ")
             if leave_after == 0:
-                return "left"  # leaving the block unread closes the connection mid-stream
-        return str(response.status_code)
+                response.close()  # the connection, mid-stream
+                return "left"
+        return str(response.status)
 
 
-async def send_bad(client: httpx.AsyncClient, path: str, body: dict | bytes, headers: dict) -> str:
+async def send_bad(session: aiohttp.ClientSession, path: str, body: dict | bytes, headers: dict, model: str) -> str:
     if isinstance(body, bytes):
-        response = await client.post(path, content=body, headers=headers)
+        request = session.post(path, data=body, headers=headers)
     else:
-        response = await client.post(path, json={"model": "choir-tiny", **body}, headers=headers)
-    try:
-        error = response.json()["error"]
-        shaped = isinstance(error["message"], str) and isinstance(error["type"], str) and "param" in error \
-            and "code" in error
-    except (ValueError, KeyError, TypeError):
-        shaped = False
-    return str(response.status_code) + ("" if shaped else " not in OpenAI's error shape")
+        request = session.post(path, json={"model": model, **body}, headers=headers)
+    async with request as response:
+        try:
+            error = (await response.json(content_type=None))["error"]
+            shaped = isinstance(error["message"], str) and isinstance(error["type"], str) and "param" in error \
+                and "code" in error
+        except (ValueError, KeyError, TypeError):
+            shaped = False
+        return str(response.status) + ("" if shaped else " not in OpenAI's error shape")
 
 
-def draw(client: httpx.AsyncClient, rng: random.Random) -> tuple[str, dict | bytes, Coroutine[None, None, str]]:
+def draw(session: aiohttp.ClientSession, model: str,
+         rng: random.Random) -> tuple[str, dict | bytes, Coroutine[None, None, str]]:
     """One request from the mix: its kind, its body (to report a hang) and the coroutine that sends it, which
     returns the outcome: a status, "left", or what went wrong."""
     share = rng.random()
     if share < 0.05:
         name, path, bad, headers = rng.choice(BAD)
-        return f"bad: {name}", bad, send_bad(client, path, bad, headers)
+        return f"bad: {name}", bad, send_bad(session, path, bad, headers, model)
     if share < 0.15:
-        path, body = good_request(rng.choice(GOOD[:8]), rng)
+        path, body = good_request(rng.choice(GOOD[:8]), model, rng)
         body |= {"max_tokens": 256, "ignore_eos": True}  # still running when the client leaves
-        return f"leave {'stream' if body['stream'] else 'whole'}", body, send_leaving(client, path, body, rng)
+        return f"leave {'stream' if body['stream'] else 'whole'}", body, send_leaving(session, path, body, rng)
     kind = rng.choice(GOOD)
-    path, body = good_request(kind, rng)
-    return kind, body, send_good(client, path, body)
+    path, body = good_request(kind, model, rng)
+    return kind, body, send_good(session, path, body)
 
 
 def rss_mib(root_pid: int, api_pid: int) -> dict[str, float]:
@@ -158,11 +165,13 @@ def rss_mib(root_pid: int, api_pid: int) -> dict[str, float]:
     return dict(out)
 
 
-async def metrics(client: httpx.AsyncClient) -> tuple[Counter, int]:
+async def metrics(session: aiohttp.ClientSession) -> tuple[Counter, int]:
     """Choir's answers by status (all routes), and the engine's running + waiting requests."""
     statuses: Counter = Counter()
     in_engine = 0
-    for family in text_string_to_metric_families((await client.get("/metrics")).text):
+    async with session.get("/metrics") as response:
+        text = await response.text()
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "choir_requests_total":
                 statuses[sample.labels["status"]] += int(sample.value)
@@ -178,9 +187,11 @@ async def soak(base_url: str, seconds: float, concurrency: int, root_pid: int, a
     latencies: dict[str, list[float]] = defaultdict(list)
     hangs: list[str] = []
     samples: list[dict] = []
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=base_url, timeout=None, limits=limits) as client:
-        statuses_before, _ = await metrics(client)
+    connector, timeout = aiohttp.TCPConnector(limit=concurrency + 4), aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as session:
+        async with session.get("/v1/models") as response:
+            model = (await response.json())["data"][0]["id"]
+        statuses_before, _ = await metrics(session)
         started = time.monotonic()
         deadline = started + seconds
 
@@ -188,13 +199,13 @@ async def soak(base_url: str, seconds: float, concurrency: int, root_pid: int, a
             rng = random.Random(seed * 10_000 + index)
             while time.monotonic() < deadline:
                 began = time.monotonic()
-                kind, body, send = draw(client, rng)
+                kind, body, send = draw(session, model, rng)
                 try:
                     outcome = await asyncio.wait_for(send, HANG_SECONDS)
                 except TimeoutError:
                     outcome = "hang"
                     hangs.append(f"{kind} hung past {HANG_SECONDS}s: {body!r}")
-                except (httpx.HTTPError, ValueError) as exc:
+                except (aiohttp.ClientError, ValueError) as exc:
                     outcome = f"{type(exc).__name__}: {exc}"
                 outcomes[kind][outcome] += 1
                 latencies[kind].append(time.monotonic() - began)
@@ -213,9 +224,9 @@ async def soak(base_url: str, seconds: float, concurrency: int, root_pid: int, a
         watch.cancel()
         samples.append({"t_s": round(elapsed), **rss_mib(root_pid, api_pid)})
         drain_deadline = time.monotonic() + DRAIN_SECONDS
-        while (left := (await metrics(client))[1]) and time.monotonic() < drain_deadline:
+        while (left := (await metrics(session))[1]) and time.monotonic() < drain_deadline:
             await asyncio.sleep(0.5)
-        statuses_after, _ = await metrics(client)
+        statuses_after, _ = await metrics(session)
     server_statuses = {s: n - statuses_before.get(s, 0) for s, n in sorted(statuses_after.items())
                        if n > statuses_before.get(s, 0)}
     return {"seconds": elapsed, "concurrency": concurrency, "requests": sum(map(len, latencies.values())),
