@@ -1,4 +1,5 @@
-"""The request class: Litestar's, with a bound on how deep a JSON body may nest (CHOIR_MAX_JSON_DEPTH).
+"""The request class: Litestar's, with a bound on how deep a JSON body may nest (CHOIR_MAX_JSON_DEPTH), and
+a client that leaves before its body is read is a disconnect (499), as one that leaves later is, not a 500.
 
 msgspec decodes nested arrays and objects recursively: past Python's recursion limit (about 1000 levels)
 it raises RecursionError, and well before that, deep data would reach code that walks it recursively (a
@@ -9,8 +10,11 @@ import re
 from typing import Any, ClassVar
 
 from litestar import Request
+from litestar.exceptions import InternalServerException
 
+from app.routes.disconnect import ClientDisconnected
 from core.errors import bad_request
+from plugins.metrics import REQUEST_DISCONNECTS
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')  # a bracket inside a string is text
 _BRACKETS = re.compile(rb"[\[\]{}]")
@@ -31,6 +35,13 @@ def nests_deeper(body: bytes, bound: int) -> bool:
 
 class ChoirRequest(Request):
     max_json_depth: ClassVar[int] = 128
+
+    async def body(self) -> bytes:
+        try:
+            return await super().body()
+        except InternalServerException:  # Litestar's word for a client that left before its body's end
+            REQUEST_DISCONNECTS.inc()
+            raise ClientDisconnected() from None
 
     async def json(self) -> Any:
         bound = self.max_json_depth

@@ -80,3 +80,26 @@ async def test_a_client_that_leaves_is_logged_and_counted_as_a_disconnect_not_a_
     assert counted._value.get() == before + 1
     assert REQUESTS.labels("createChatCompletion", "POST", "500")._value.get() == errors_before
     assert engine.running == set() and len(engine.aborted) == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/tokenize"])
+async def test_a_client_that_leaves_before_its_body_is_read_is_a_disconnect_not_a_500(path):
+    from structlog.testing import capture_logs
+
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(FakeEngine()))
+    events = iter([{"type": "http.request", "body": b'{"model": "fake-model", "mess', "more_body": True},
+                   {"type": "http.disconnect"}])
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return next(events, {"type": "http.disconnect"})
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async with AsyncTestClient(app):
+        with capture_logs() as logs:
+            await asyncio.wait_for(app(http_scope(path), receive, send), 10)
+    [line] = [entry for entry in logs if entry["event"] == "request"]
+    assert line["status"] == 499 and line["client_left"] is True
+    assert not [entry for entry in logs if entry["log_level"] == "error"], logs
