@@ -27,18 +27,21 @@ from plugins.spec import SpecConfig, SpecPlugin, load_spec
 class ChoirApp(Litestar):
     """Litestar, served below a root path too (uvicorn's --root-path, vLLM's): uvicorn puts the root path
     before the request's path, and a proxy that keeps the prefix sends it too; either way the route path
-    (`/llm/llm/v1/models`, `/llm/v1/models` → `/v1/models`) is what is routed, protected and logged."""
+    (`/llm/llm/v1/models`, `/llm/v1/models` → `/v1/models`) is what is routed and protected. Also: the
+    lifespan's setting errors in one line, and every HTTP request watched (its log line, its counters)."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await one_line_startup_failure(super().__call__, scope, receive, send)
             return
         root = scope.get("root_path", "")
-        if root and scope["path"].startswith(root + "/"):
+        if root:
             path = scope["path"]
             while path.startswith(root + "/"):
                 path = path[len(root):]
-            scope = {**scope, "path": path, "raw_path": path.encode()}
+            # Exactly one root in front: Litestar's router routes what follows the root's first occurrence
+            # (a root also inside the route path, `/llm` in `/v1/models/llm-7b`, would cut it there).
+            scope = {**scope, "path": root + path, "raw_path": (root + path).encode()}
         if scope["type"] == "http":
             await watch_request(scope, receive, send, super().__call__)
         else:

@@ -9,6 +9,7 @@ from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Sen
 from plugins.metrics import record_request
 
 log = structlog.get_logger("choir.request")
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 
 
 def annotate(scope: Scope, **fields: object) -> None:
@@ -68,6 +69,7 @@ async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp
         latency = time.perf_counter() - started
         handler = scope.get("route_handler")
         method = str(scope.get("method", ""))
+        method = method if method in METHODS else "OTHER"  # a label: never a client's own token
         # Never the request's path as a label: a caller could make one series per path it tries.
         route = getattr(handler, "operation_id", None) or (min(handler.paths) if handler else "unmatched")
         record_request(route, method, status, latency, None if first_chunk_at is None else first_chunk_at - started)

@@ -16,7 +16,9 @@ from app.routes.disconnect import ClientDisconnected
 from core.errors import bad_request
 from plugins.metrics import REQUEST_DISCONNECTS
 
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')  # a bracket inside a string is text
+# A bracket inside a string is text. Possessive, and the closing quote optional: an unclosed string is text
+# to the end, in one pass (a pattern that can fail would retry from every later quote: quadratic).
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*+"?', re.S)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 _OPENING = frozenset(b"[{")
 

@@ -2,20 +2,18 @@
 the few that are open (health, version, and unless set otherwise the docs and /metrics).
 
 Closed by default, so a caller without a key learns nothing about the routes: an unknown path is a 401 as a
-known one is, before any 404 or 405, however it is spelt. The open paths are matched on a canonical form
-that undoes everything the router undoes (and more): a spelling the router takes for an open path is open,
-and no other. The check runs in a middleware for the routes that exist, and ahead of the 404/405 answer for
-those that do not. Keys are compared in constant time (digests, every key tried), as bytes: a header that
-is not UTF-8 is just a wrong key.
+known one is, before any 404 or 405, however it is spelt. What is open is decided from what the router
+decided, never from a rewritten path (a path parameter may hold `..%2F`): for a route that exists, in a
+middleware, from the route's own path template; for a 404/405, from the path as the router normalised it.
+Keys are compared in constant time (digests, every key tried), as bytes: a header that is not UTF-8 is just
+a wrong key.
 """
 
 import hashlib
 import hmac
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from litestar import Request, Response
 from litestar.config.app import AppConfig
@@ -24,6 +22,7 @@ from litestar.exceptions import MethodNotAllowedException, NotFoundException
 from litestar.middleware import ASGIMiddleware
 from litestar.plugins import InitPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.utils import normalize_path
 
 from core.errors import APIError
 
@@ -32,28 +31,21 @@ DOCS = "/schema"  # and everything below it: the docs page's assets, openapi.jso
 METRICS = "/metrics"
 
 
-def canonical(path: str) -> str:
-    """`//V1/./models/`, `/v1%2Fmodels`, `/v1/x/../models` → `/v1/models`. Litestar strips and collapses
-    slashes; this also decodes once more, resolves dot segments and folds case."""
-    resolved = posixpath.normpath("/" + unquote(path))
-    return "/" + resolved.lstrip("/").lower()
-
-
 @dataclass(frozen=True)
 class AuthConfig:
     api_keys: tuple[str, ...]
     protect_docs: bool = False
     protect_metrics: bool = False
 
-    def protects(self, path: str) -> bool:
-        path = canonical(path)
+    def is_open(self, path: str) -> bool:
+        """`path`: a route's path template, or a request's path as the router normalised it."""
         if path in OPEN or (path == METRICS and not self.protect_metrics):
-            return False
-        return self.protect_docs or not (path == DOCS or path.startswith(DOCS + "/"))
+            return True
+        return not self.protect_docs and (path == DOCS or path.startswith(DOCS + "/"))
 
-    def failure(self, path: str, authorization: bytes | None) -> APIError | None:
+    def failure(self, open_: bool, authorization: bytes | None) -> APIError | None:
         """The 401 to answer, or None when the request may go on."""
-        if not self.api_keys or not self.protects(path):
+        if not self.api_keys or open_:
             return None
         scheme, _, token = (authorization or b"").partition(b" ")
         if scheme.lower() != b"bearer" or not token.strip():
@@ -82,7 +74,8 @@ class BearerAuthMiddleware(ASGIMiddleware):
         self.config = config
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        failure = self.config.failure(scope["path"], authorization(scope))
+        # The route's template (`/v1/models/{model}`), which the router set: no client's spelling.
+        failure = self.config.failure(self.config.is_open(scope["path_template"]), authorization(scope))
         if failure is not None:
             raise failure
         await next_app(scope, receive, send)
@@ -92,7 +85,11 @@ def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Resp
     """Unknown routes and methods: a 401 comes before the 404 or 405."""
 
     def handle(request: Request, exc: Exception) -> Response:
-        failure = config.failure(request.scope["path"], authorization(request.scope))
+        scope = request.scope
+        path = scope["path"]
+        if root := scope.get("root_path", ""):
+            path = path.split(root, maxsplit=1)[-1]  # as the router does
+        failure = config.failure(config.is_open(normalize_path(path)), authorization(scope))
         return handler(request, failure or exc)
 
     return handle

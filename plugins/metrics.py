@@ -46,7 +46,7 @@ async def metrics() -> Response:
 
 
 def record_request(route: str, method: str, status: int, latency: float, first_chunk: float | None) -> None:
-    """Called once per request by app/request_log.py's middleware, which watches every request."""
+    """Called once per request by app/request_log.py's `watch_request`, which watches every request."""
     REQUESTS.labels(route, method, str(status)).inc()
     LATENCY.labels(route).observe(latency)
     if first_chunk is not None:

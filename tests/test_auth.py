@@ -154,3 +154,14 @@ def test_under_uvicorns_root_path():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.mark.parametrize("path", ["/fake/v1/models/fake-model", "/v1/models/fake-model",
+                                  "/fake/fake/v1/models/fake-model"])
+def test_a_root_path_inside_the_route_path_is_left_alone(path):
+    """`/fake` in `/v1/models/fake-model`: only the leading root is the root (Litestar's router alone would
+    cut the path at the root's first occurrence anywhere)."""
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(FakeEngine()))
+    with TestClient(app, root_path="/fake") as client:
+        response = client.get(path)
+    assert response.status_code == 200 and response.json()["id"] == "fake-model", response.text

@@ -11,7 +11,7 @@ from app.asgi import create_app
 from app.requests import nests_deeper
 from core.errors import APIError
 from core.settings import Settings
-from plugins.auth import canonical
+from plugins.auth import AuthConfig
 from tests.fakes import FakeEngine, fake_engine_factory
 
 KEY = "hostile-key"
@@ -104,14 +104,37 @@ def test_with_the_key_the_router_answers(keyed, path):
     assert response.status_code in (200, 404, 405), response.text  # whatever the router makes of it
 
 
-@pytest.mark.parametrize("path, open_", [("/health", True), ("//health/", True), ("/HEALTH", True),
-                                         ("/version", True), ("/metrics", True), ("/schema/openapi.json", True),
-                                         ("/schema/assets/x.css", True), ("/healthz", False), ("/health/x", False),
+@pytest.mark.parametrize("path, open_", [("/health", True), ("/version", True), ("/metrics", True),
+                                         ("/schema/openapi.json", True), ("/schema/assets/{file_path}", True),
+                                         ("/HEALTH", False), ("/healthz", False), ("/health/x", False),
                                          ("/health/../v1/models", False), ("/schemas", False)])
 def test_only_the_open_paths_are_open(path, open_):
-    from plugins.auth import AuthConfig
-    assert AuthConfig((KEY,)).protects(path) is not open_
-    assert canonical("//V1/./models/") == canonical("/v1%2Fmodels") == "/v1/models"
+    assert AuthConfig((KEY,)).is_open(path) is open_
+
+
+# A path parameter that spells an open path once decoded and resolved (uvicorn decodes %25 → %, so the
+# handler's parameter holds `..%2F..%2Fhealth`): the route is what decides, and it is protected.
+@pytest.mark.parametrize("raw_path", [b"/v1/models/..%2F..%2F..%2Fhealth", b"/v1/models/x%2F..%2F..%2F..%2Fversion",
+                                      b"/schema/assets/..%2F..%2Fhealth"])
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_path_parameter_cannot_spell_its_way_to_an_open_path(method, raw_path):
+    import asyncio
+    app = create_app(Settings(served_model_name="fake-model", api_keys=(KEY,), protect_docs=True),
+                     engine_factory=fake_engine_factory(FakeEngine()))
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": raw_path.decode().replace("%2F", "%2F"), "raw_path": raw_path.replace(b"%2F", b"%252F"),
+             "query_string": b"", "root_path": "", "server": ("t", 80), "client": ("c", 1), "headers": []}
+    with TestClient(app):  # the lifespan: the engine is up
+        asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 401, sent
 
 
 def requests_logged(client, do):

@@ -134,6 +134,9 @@ class VllmEngine(VllmBase):
                        options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
+        structured = getattr(params, "structured_outputs", None)
+        if structured is not None and self.grammars is not None:  # first: it may take seconds
+            await self.grammars.admit(structured)
         extra: dict[str, Any] = {}
         if options is not NO_OPTIONS:
             extra = {"priority": options.priority, "session_id": options.session_id,
@@ -145,9 +148,6 @@ class VllmEngine(VllmBase):
                 if extra["lora_request"] is None:
                     raise EngineRejected(f"The model `{options.adapter}` was unloaded while this request waited for "
                                          "the engine: GET /v1/models lists those served.", "model", status=404)
-        structured = getattr(params, "structured_outputs", None)
-        if structured is not None and self.grammars is not None:
-            await self.grammars.admit(structured)
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
             async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
@@ -159,7 +159,7 @@ class VllmEngine(VllmBase):
             reraise(exc)
 
     async def abort_all(self) -> int:
-        stopped = self.grammars.close() if self.grammars is not None else 0  # requests that wait for a compile
+        stopped = self.grammars.close() if self.grammars is not None else 0  # compiles that requests wait for
         return stopped + await super().abort_all()
 
     # LoRA adapters. Loads and unloads take turns (`_adapters_lock`): two at once would race for a name
