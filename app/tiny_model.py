@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Any edit to this file changes the version, so existing directories get rebuilt.
 BUILDER_VERSION = "choir-tiny-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -66,7 +67,7 @@ def _corpus() -> list[str]:
     return variants * 20
 
 
-def _build_tokenizer(out: Path):
+def _build_tokenizer(out: Path) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -106,7 +107,7 @@ def _is_plain_text(piece: str) -> bool:
     return bool(piece) and piece.isascii() and all(c.isprintable() or c in "\n\t" for c in piece)
 
 
-def _build_weights(out: Path, tok) -> None:
+def _build_weights(out: Path, tok: Any) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging

@@ -3,6 +3,7 @@
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -98,7 +99,7 @@ class _ChoiceText:
         self.escaper = JsonEscaper() if is_json(choice.params.structured_outputs) else None
         self.nulls = job.compat.nulls(CompletionChoice)  # fields the profile sends as null
 
-    def render(self, output, prompt_logprobs) -> CompletionChoice:
+    def render(self, output: Any, prompt_logprobs: Any) -> CompletionChoice:
         completion = output.outputs[0]
         text, token_ids, positions = completion.text, list(completion.token_ids), completion.logprobs
         if self.escaper is not None:
@@ -131,7 +132,7 @@ class _ChoiceText:
         return rendered
 
 
-def _completion_tokens(job: CompletionJob, output) -> int:
+def _completion_tokens(job: CompletionJob, output: Any) -> int:
     return 0 if job.echo_only else len(output.outputs[0].token_ids)
 
 

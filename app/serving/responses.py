@@ -24,6 +24,7 @@ from core.protocol.responses import (
     InputMessage,
     JsonSchemaTextFormat,
     ReasoningInput,
+    Response,
     ResponsesRequest,
 )
 from plugins.aggregation import Aggregator, cached_tokens
@@ -145,7 +146,7 @@ def _in_responses_terms(error: APIError) -> APIError:
     return renamed
 
 
-async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts):
+async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts) -> Response:
     [output] = await aggregator.collect(job.choices)
     completion = output.outputs[0]
     reader = job.output()

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -76,7 +76,7 @@ def parse_flags(argv: list[str], setting: str) -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     class Parser(FlexibleArgumentParser):
-        def error(self, message: str):  # argparse would print usage and exit
+        def error(self, message: str) -> NoReturn:  # argparse would print usage and exit
             raise SettingsError(f"{setting}: {message}")
 
     parser = AsyncEngineArgs.add_cli_args(Parser(prog=setting))
