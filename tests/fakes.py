@@ -180,8 +180,20 @@ class FakeEmbeddingEngine:
     is_alive: bool = True
     embedded: list[tuple[Prompt, str, int | None, bool | None]] = field(default_factory=list)
 
+    vocab_size: int = FakeEngine.vocab_size
+
     async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         return await FakeEngine.render_completion(FakeEngine(), prompts, options)
+
+    async def render_chat(self, messages, template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt:
+        return await FakeEngine.render_chat(FakeEngine(), messages, template, options)
+
+    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return FakeEngine().detokenize(token_ids, skip_special_tokens)
+
+    def token_pieces(self, token_ids: list[int]) -> list[str]:
+        return FakeEngine().token_pieces(token_ids)
 
     async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
                     normalize: bool | None = None) -> list[float]:

@@ -58,3 +58,30 @@ def test_what_cannot_be_tokenized_is_a_400_naming_the_field(client, path, body, 
 
 def test_the_tokenizer_routes_take_json_only(client):
     assert client.post("/tokenize", content=b"prompt=x", headers={"content-type": "text/plain"}).status_code == 415
+
+
+def test_an_embedding_models_name_tokenizes_with_the_embedding_engine():
+    """As vLLM's server: /tokenize and /detokenize serve pooling models too (the `model` picks the engine)."""
+    from litestar.testing import TestClient
+
+    from app.asgi import create_app
+    from core.settings import Settings
+    from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
+
+    embedding = FakeEmbeddingEngine(max_model_len=32)
+    app = create_app(Settings(served_model_name="fake-model", embedding_model="/models/fake-embed"),
+                     engine_factory=fake_engine_factory(FakeEngine()),
+                     embedding_factory=fake_engine_factory(embedding))
+    with TestClient(app) as client:
+        text = client.post("/tokenize", json={"model": "fake-embed", "prompt": "hi"}).json()
+        chat = client.post("/tokenize", json={"model": "fake-embed", "messages": MESSAGES}).json()
+        generation = client.post("/tokenize", json={"model": "fake-model", "prompt": "hi"}).json()
+        back = client.post("/detokenize", json={"model": "fake-embed", "tokens": text["tokens"][1:]}).json()
+        too_big = client.post("/detokenize", json={"model": "fake-embed", "tokens": [embedding.vocab_size]})
+        unknown = client.post("/tokenize", json={"model": "nope", "prompt": "hi"})
+    assert text["max_model_len"] == 32 and text["tokens"] == [0, 107, 108]
+    assert chat["max_model_len"] == 32 and chat["count"] > 3
+    assert generation["max_model_len"] == 64
+    assert back == {"prompt": "hi"}
+    assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "tokens[0]"
+    assert unknown.status_code in (400, 404)

@@ -5,6 +5,7 @@ and LoRA adapters, and the embedding engine's names. A name served by the other 
 from dataclasses import dataclass
 
 from core.errors import APIError, bad_request
+from plugins.engine.protocol import Tokenizing
 from plugins.pipeline import Pipeline
 
 
@@ -50,3 +51,13 @@ def embedding_model(pipeline: Pipeline, requested: str | None) -> str:
                           f"{', '.join(embedding.served_model_names)}.", "model")
     pipeline.compat.check_model(requested, embedding.served_model_names)
     return requested or embedding.served_model_names[0]
+
+
+def tokenizing_engine(pipeline: Pipeline, requested: str | None) -> Tokenizing:
+    """/tokenize and /detokenize serve every model: an embedding model's name means its engine's tokenizer,
+    an adapter's means its base model's."""
+    embedding = pipeline.embedding
+    if requested is not None and embedding is not None and requested in embedding.served_model_names:
+        return embedding
+    generation_model(pipeline, requested)
+    return pipeline.engine

@@ -1,4 +1,5 @@
-"""POST /tokenize and /detokenize: the engine's own tokenizer and chat template, nothing generated.
+"""POST /tokenize and /detokenize: the engine's own tokenizer and chat template, nothing generated; the
+`model` picks the engine (an embedding model's too, as vLLM's server tokenizes for pooling models).
 
 As vLLM's server: `prompt` is tokenized with special tokens (bos), `messages` are rendered with the
 chat template first (which writes its own). Unlike vLLM's, an id outside the vocabulary is a 400
@@ -9,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from app.serving.models import generation_model
+from app.serving.models import tokenizing_engine
 from core.errors import bad_request
 from core.protocol import without_none
 from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
@@ -18,8 +19,7 @@ from plugins.pipeline import Pipeline
 
 
 async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResponse:
-    generation_model(pipeline, request.model)  # an adapter's tokens are its base model's
-    engine = pipeline.engine
+    engine = tokenizing_engine(pipeline, request.model)
     if request.prompt is not None and request.messages is not None:
         raise bad_request("Send `prompt` (text) or `messages` (a conversation) to tokenize, not both.", "messages")
     if request.prompt is None and request.messages is None:
@@ -46,8 +46,7 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
 
 
 def detokenize(pipeline: Pipeline, request: DetokenizeRequest) -> DetokenizeResponse:
-    generation_model(pipeline, request.model)
-    engine = pipeline.engine
+    engine = tokenizing_engine(pipeline, request.model)
     for index, token in enumerate(request.tokens):
         if token >= engine.vocab_size:
             raise bad_request(f"Token id {token} is out of vocabulary: ids go from 0 to {engine.vocab_size - 1}.",

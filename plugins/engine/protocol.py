@@ -60,6 +60,24 @@ CHAT_RENDER = RenderOptions(add_special_tokens=False)
 __all__ = ["AdapterError", "EngineDead", "EngineRejected", "UnknownAdapter"]
 
 
+class Tokenizing(Protocol):
+    """What /tokenize and /detokenize use of an engine: every engine has it, pooling ones too."""
+
+    served_model_names: tuple[str, ...]
+    max_model_len: int
+    vocab_size: int
+
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
+
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt: ...
+
+    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+
+    def token_pieces(self, token_ids: list[int]) -> list[str]: ...
+
+
 class Engine(Protocol):
     served_model_names: tuple[str, ...]
     model_root: str
@@ -114,6 +132,7 @@ class EmbeddingEngine(Protocol):
     served_model_names: tuple[str, ...]
     model_root: str
     max_model_len: int
+    vocab_size: int
     embedding_size: int
     matryoshka_dimensions: tuple[int, ...] | None  # () : any size up to embedding_size; None: only that
 
@@ -122,6 +141,13 @@ class EmbeddingEngine(Protocol):
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
+
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt: ...
+
+    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+
+    def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
     async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
                     normalize: bool | None = None) -> list[float]: ...

@@ -1,11 +1,19 @@
 """What Choir's two vLLM engines share (generation, vllm_engine.py; embeddings, vllm_embedding.py):
-the AsyncLLM they wrap, how prompts are tokenized, and the engine's liveness and request counts."""
+the AsyncLLM they wrap, how prompts and conversations are tokenized (/tokenize serves both kinds), and the
+engine's liveness and request counts."""
 
 from typing import Any
 
 from core.settings import SettingsError
-from plugins.engine.protocol import COMPLETION_RENDER, Prompt, RenderOptions
-from plugins.engine.vllm_errors import reraise
+from plugins.engine.protocol import (
+    CHAT_RENDER,
+    COMPLETION_RENDER,
+    ChatTemplateOptions,
+    EngineRejected,
+    Prompt,
+    RenderOptions,
+)
+from plugins.engine.vllm_errors import rejection, reraise
 
 # vLLM renders and tokenizes in a thread pool. For a short prompt the hand-over costs more than the
 # work: py-spy (--gil) put 15 % of the front end's samples in ThreadPoolExecutor.submit at 160 req/s.
@@ -17,7 +25,7 @@ SMALL_PROMPT = 8192
 class VllmBase:
     def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
         """`model`: the model as configured (vLLM's args hold a local path in its place under HF_HUB_OFFLINE)."""
-        from vllm.renderers.params import TokenizeParams
+        from vllm.renderers.params import ChatParams, TokenizeParams
 
         self._engine = engine
         config = engine.model_config
@@ -32,7 +40,7 @@ class VllmBase:
             raise SettingsError("--skip-tokenizer-init is not supported: Choir renders chat templates, tokenizes "
                                 "prompts and detokenizes outputs itself with the model's tokenizer.")
         self.vocab_size = tokenizer.max_token_id + 1
-        self._tokenize_params = TokenizeParams
+        self._tokenize_params, self._chat_params = TokenizeParams, ChatParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
 
     @property
@@ -67,6 +75,29 @@ class VllmBase:
         except Exception as exc:
             reraise(exc)
         return [prompt_of(engine_input) for engine_input in inputs]
+
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                          options: RenderOptions = CHAT_RENDER) -> Prompt:
+        kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
+                  "continue_final_message": template.continue_final_message}
+        if options.add_special_tokens:
+            # The template renders text, then the tokenizer adds its special tokens (bos), as vLLM's server
+            # does; a template that tokenizes by itself never adds them.
+            kwargs["tokenize"] = False
+        params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
+        tok_params, extras = self._tokenize(options), prompt_extras(options)
+        try:
+            if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
+                _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
+            else:
+                _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
+        except Exception as exc:
+            refused = rejection(exc)
+            if refused is None:
+                raise
+            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {refused.message}",
+                                 "messages") from exc
+        return prompt_of(inputs[0])
 
     def token_strings(self, token_ids: list[int]) -> list[str]:
         tokenizer = self._engine.renderer.tokenizer

@@ -13,20 +13,17 @@ import structlog
 
 from core.settings import Settings, SettingsError
 from plugins.engine.protocol import (
-    CHAT_RENDER,
     NO_OPTIONS,
     AdapterError,
-    ChatTemplateOptions,
     EngineDead,
     EngineRejected,
     GenerateOptions,
     Prompt,
-    RenderOptions,
     UnknownAdapter,
 )
-from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_extras, prompt_of
+from plugins.engine.vllm_base import VllmBase
 from plugins.engine.vllm_client import ClientConfig, async_llm, client_label
-from plugins.engine.vllm_errors import rejection, reraise
+from plugins.engine.vllm_errors import reraise
 from plugins.engine.vllm_grammar import GrammarGate
 from plugins.engine.vllm_version import check_vllm_version
 
@@ -91,10 +88,9 @@ class VllmEngine(VllmBase):
 
     def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
         from vllm.lora.request import LoRARequest
-        from vllm.renderers.params import ChatParams
 
         super().__init__(engine, engine_args, version, model)
-        self._chat_params, self._lora_request = ChatParams, LoRARequest
+        self._lora_request = LoRARequest
         config = engine.model_config
         self.default_sampling_params = dict(config.get_diff_sampling_param())
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
@@ -106,29 +102,6 @@ class VllmEngine(VllmBase):
         self._next_lora_id = 1
         self._adapters_lock = asyncio.Lock()
         self.grammars: GrammarGate | None = None  # set by start_vllm_engine
-
-    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
-                          options: RenderOptions = CHAT_RENDER) -> Prompt:
-        kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
-                  "continue_final_message": template.continue_final_message}
-        if options.add_special_tokens:
-            # The template renders text, then the tokenizer adds its special tokens (bos), as vLLM's server
-            # does; a template that tokenizes by itself never adds them.
-            kwargs["tokenize"] = False
-        params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
-        tok_params, extras = self._tokenize(options), prompt_extras(options)
-        try:
-            if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
-                _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
-            else:
-                _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
-        except Exception as exc:
-            refused = rejection(exc)
-            if refused is None:
-                raise
-            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {refused.message}",
-                                 "messages") from exc
-        return prompt_of(inputs[0])
 
     async def generate(self, prompt: Prompt, params: Any, request_id: str,
                        options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]:

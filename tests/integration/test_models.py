@@ -149,3 +149,19 @@ def test_one_health_and_metrics_for_both_engines(models_server, mclient):
     mclient.embeddings.create(model="choir-tiny-embed", input="x")
     assert httpx.get(f"{models_server.base_url}/health").json()["status"] == "ok"
     assert "vllm:num_requests_running" in httpx.get(f"{models_server.base_url}/metrics").text
+
+
+def test_tokenize_and_detokenize_serve_the_embedding_model(models_server):
+    """vLLM's server tokenizes for pooling models too: the embedding model's own tokenizer and length."""
+    base = models_server.base_url
+    embed = httpx.post(f"{base}/tokenize", json={"model": "choir-tiny-embed", "prompt": "hello world"}).json()
+    generation = httpx.post(f"{base}/tokenize", json={"model": "choir-tiny", "prompt": "hello world"}).json()
+    assert embed["max_model_len"] == 512 and generation["max_model_len"] == 2048
+    assert embed["count"] == len(embed["tokens"]) > 0
+    chat = httpx.post(f"{base}/tokenize", json={"model": "choir-tiny-embed",
+                                                "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code in (200, 400), chat.text  # 400 (naming `messages`) if it has no chat template
+    if chat.status_code == 400:
+        assert chat.json()["error"]["param"] == "messages"
+    text = httpx.post(f"{base}/detokenize", json={"model": "choir-tiny-embed", "tokens": embed["tokens"]}).json()
+    assert "hello world" in text["prompt"]
