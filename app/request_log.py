@@ -67,11 +67,12 @@ async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp
         await app(scope, receive_and_watch, send_and_watch)
     finally:
         latency = time.perf_counter() - started
-        handler = scope.get("route_handler")
         method = str(scope.get("method", ""))
         method = method if method in METHODS else "OTHER"  # a label: never a client's own token
-        # Never the request's path as a label: a caller could make one series per path it tries.
-        route = getattr(handler, "operation_id", None) or (min(handler.paths) if handler else "unmatched")
+        # Never the request's path as a label (a caller could make one series per path it tries): the operation,
+        # else the route's template, which the router set (as plugins/auth.py reads it).
+        route = (getattr(scope.get("route_handler"), "operation_id", None) or scope.get("path_template")
+                 or "unmatched")
         record_request(route, method, status, latency, None if first_chunk_at is None else first_chunk_at - started)
         tokens = state.get("tokens")
         log.info(

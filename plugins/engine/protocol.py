@@ -65,7 +65,7 @@ class Tokenizing(Protocol):
 
     served_model_names: tuple[str, ...]
     max_model_len: int
-    vocab_size: int
+    vocab_size: int  # token ids go from 0 to vocab_size - 1
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
@@ -78,32 +78,19 @@ class Tokenizing(Protocol):
     def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
 
-class Engine(Protocol):
-    served_model_names: tuple[str, ...]
+class Engine(Tokenizing, Protocol):
     model_root: str
-    max_model_len: int
     version: str
     default_sampling_params: dict[str, Any]  # from the model's generation_config
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     data_parallel_size: int  # engine ranks this process can send a request to (1 without data parallelism)
-    vocab_size: int  # token ids go from 0 to vocab_size - 1
     tokenizer: Any  # vLLM's tokenizer of the model (the serving side builds its parsers with it)
 
     @property
     def is_alive(self) -> bool: ...
 
-    async def render_completion(self, prompts: list[str] | list[list[int]],
-                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
-
-    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
-                          options: RenderOptions = CHAT_RENDER) -> Prompt: ...
-
     def generate(self, prompt: Prompt, params: Any, request_id: str,
                  options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]: ...
-
-    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
-
-    def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -126,28 +113,15 @@ class Engine(Protocol):
     def num_unfinished_requests(self) -> int: ...
 
 
-class EmbeddingEngine(Protocol):
+class EmbeddingEngine(Tokenizing, Protocol):
     """A pooling engine: one vector per prompt (POST /v1/embeddings)."""
 
-    served_model_names: tuple[str, ...]
     model_root: str
-    max_model_len: int
-    vocab_size: int
     embedding_size: int
     matryoshka_dimensions: tuple[int, ...] | None  # () : any size up to embedding_size; None: only that
 
     @property
     def is_alive(self) -> bool: ...
-
-    async def render_completion(self, prompts: list[str] | list[list[int]],
-                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...
-
-    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
-                          options: RenderOptions = CHAT_RENDER) -> Prompt: ...
-
-    def detokenize(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
-
-    def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
     async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
                     normalize: bool | None = None) -> list[float]: ...
