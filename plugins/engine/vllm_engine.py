@@ -20,6 +20,7 @@ from plugins.engine.vllm_base import VllmBase
 from plugins.engine.vllm_errors import reraise
 from plugins.engine.vllm_grammar import GrammarGate
 
+
 class VllmEngine(VllmBase):
     """The generation engine, with its LoRA adapters (each a model name of its own)."""
 
