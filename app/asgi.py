@@ -16,8 +16,9 @@ from app.routes import ROUTE_HANDLERS
 from core.errors import APIError
 from core.settings import Settings, SettingsError
 from plugins.auth import AuthConfig, AuthPlugin
-from plugins.engine.config import EngineConfig, EngineFactory
+from plugins.engine.config import EngineConfig
 from plugins.engine.plugin import EnginePlugin
+from plugins.engine.roles import EngineFactory
 from plugins.fanout import FanOut
 from plugins.metrics import MetricsPlugin
 from plugins.pipeline import PipelinePlugin, RequestDefaults
@@ -84,7 +85,9 @@ def _settings_error(exc: BaseException) -> SettingsError | None:
 
 
 def create_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None,
-               spec: SpecConfig | None = None, embedding_factory: EngineFactory | None = None) -> Litestar:
+               spec: SpecConfig | None = None, factories: dict[str, EngineFactory] | None = None) -> Litestar:
+    """`engine_factory` starts the generation engine, `factories` any role's (plugins/engine/roles.py); by
+    default, vLLM's."""
     if settings is None:
         try:
             settings = Settings.from_env()
@@ -98,11 +101,9 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         raise SystemExit(f"choir: {what} needs `choir-serve` (`make serve`): `litestar run` and uvicorn run "
                          f"Choir as one API process.")
     spec = spec or SpecConfig(compat=settings.compat)
-    engine = EngineConfig(settings=settings)
+    engine = EngineConfig(settings=settings, factories=dict(factories or {}))
     if engine_factory is not None:
-        engine.factory = engine_factory
-    if embedding_factory is not None:
-        engine.embedding_factory = embedding_factory
+        engine.factories["generate"] = engine_factory
     try:
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:
@@ -111,10 +112,9 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
-                 ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine.state_key),
+                 ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine),
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
-                                       settings.fanout_placement), engine.state_key,
-                                engine.embedding_state_key,
+                                       settings.fanout_placement), engine,
                                 RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage)),
                  EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,

@@ -1,34 +1,28 @@
 """ParsersPlugin: vLLM's reasoning and tool parsers (CHOIR_REASONING_PARSER, CHOIR_TOOL_PARSER), built
 on the serving side once the engine has started (they need its tokenizer), and kept in the app state
-for the pipeline. Their names are checked before the engine starts: a name vLLM lacks stops start-up
-with one line, and no engine is left to stop. List it before the engine plugin."""
+under the engine config's key for the pipeline. Their names are checked first of all lifespans, wherever
+the plugin is listed: a name vLLM lacks stops start-up with one line, and no engine is left to stop."""
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.config.app import AppConfig
-from litestar.exceptions import ImproperlyConfiguredException
 from litestar.plugins import InitPlugin
 
 from app.serving.parsers import ParserSet, parser_classes
-from plugins.engine.plugin import EnginePlugin
-from plugins.pipeline import PARSERS_STATE_KEY
+from plugins.engine.config import EngineConfig
 
 
 class ParsersPlugin(InitPlugin):
-    __slots__ = ("engine_state_key", "reasoning", "tool")
+    __slots__ = ("engines", "reasoning", "tool")
 
-    def __init__(self, reasoning: str | None, tool: str | None, engine_state_key: str = "engine") -> None:
-        self.reasoning, self.tool, self.engine_state_key = reasoning, tool, engine_state_key
+    def __init__(self, reasoning: str | None, tool: str | None, engines: EngineConfig) -> None:
+        self.reasoning, self.tool, self.engines = reasoning, tool, engines
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        later = app_config.plugins[app_config.plugins.index(self) + 1:]
-        if not any(isinstance(plugin, EnginePlugin) for plugin in later):
-            raise ImproperlyConfiguredException("ParsersPlugin must come before EnginePlugin: its name check runs "
-                                                "before the engine starts, and it builds the parsers after.")
         if self.reasoning or self.tool:
-            app_config.lifespan.append(self._names_known)  # entered before the engine plugin's
+            app_config.lifespan.insert(0, self._names_known)  # entered before any engine starts
             app_config.on_startup.append(self._build)  # run once every lifespan is entered
         return app_config
 
@@ -38,5 +32,5 @@ class ParsersPlugin(InitPlugin):
         yield
 
     def _build(self, app: Litestar) -> None:
-        engine = app.state[self.engine_state_key]
-        app.state[PARSERS_STATE_KEY] = ParserSet.load(engine.tokenizer, self.reasoning, self.tool)
+        engine = app.state[self.engines.engine_state_key]
+        app.state[self.engines.parsers_state_key] = ParserSet.load(engine.tokenizer, self.reasoning, self.tool)

@@ -4,6 +4,10 @@
   that a greedy request gives other tokens through the adapter than without it.
 - `choir-tiny-embed`: a tiny random Llama embedding model with the same tokenizer (served by vLLM's
   pooling runner), Matryoshka-capable so that `dimensions` can be tested.
+- `choir-tiny-rerank`: a tiny random cross-encoder (`LlamaForSequenceClassification`, one label: a
+  relevance score per query and document pair), for /rerank and /score.
+- `choir-tiny-classify`: a tiny random classifier (`LlamaForSequenceClassification`, three named labels),
+  for /classify.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ EXTRAS_VERSION = MODEL_VERSION + "-" + hashlib.sha256(Path(__file__).read_bytes(
 LORA_RANK = 8
 LORA_TARGETS = ("q_proj", "v_proj")
 MATRYOSHKA_DIMENSIONS = [32, 64, 128]
+CROSS_ENCODER_LABELS = ("relevance",)  # one label: its logit is the pair's score
+CLASSIFIER_LABELS = ("negative", "neutral", "positive")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -29,6 +35,16 @@ def build_lora(target: Path, base: Path, *, force: bool = False) -> Path:
 
 def build_embedding(target: Path, base: Path, *, force: bool = False) -> Path:
     return build_atomically(target, EXTRAS_VERSION, lambda out: _write_embedding(out, base), force=force)
+
+
+def build_reranker(target: Path, base: Path, *, force: bool = False) -> Path:
+    return build_atomically(target, EXTRAS_VERSION, lambda out: _write_classifier(out, base, CROSS_ENCODER_LABELS, 3),
+                            force=force)
+
+
+def build_classifier(target: Path, base: Path, *, force: bool = False) -> Path:
+    return build_atomically(target, EXTRAS_VERSION, lambda out: _write_classifier(out, base, CLASSIFIER_LABELS, 4),
+                            force=force)
 
 
 def _write_lora(out: Path, base: Path) -> None:
@@ -70,6 +86,26 @@ def _write_embedding(out: Path, base: Path) -> None:
     model_config = json.loads((out / "config.json").read_text())
     model_config.update(is_matryoshka=True, matryoshka_dimensions=MATRYOSHKA_DIMENSIONS)
     _write_json(out / "config.json", model_config)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(base / name, out / name)
+
+
+def _write_classifier(out: Path, base: Path, labels: tuple[str, ...], seed: int) -> None:
+    """A sequence classifier on the base model's shape and tokenizer: vLLM pools the last token and applies
+    the `score` head (sigmoid for one label, softmax for several)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    base_config = json.loads((base / "config.json").read_text())
+    config = LlamaConfig(**{key: base_config[key] for key in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id")},
+        max_position_embeddings=512, initializer_range=0.1, dtype="float32", num_labels=len(labels),
+        id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+    torch.manual_seed(seed)
+    LlamaForSequenceClassification(config).save_pretrained(out)
     for name in TOKENIZER_FILES:
         shutil.copyfile(base / name, out / name)
 

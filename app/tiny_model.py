@@ -203,7 +203,8 @@ def build_atomically(target: Path, version: str, write: Callable[[Path], None], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The model at --out, and its LoRA adapter and embedding model beside it (`<out>-lora`, `<out>-embed`)."""
+    """The model at --out, and beside it its LoRA adapter and the pooling models (`<out>-lora`, `<out>-embed`,
+    `<out>-rerank`, `<out>-classify`)."""
     from app import tiny_extras
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -216,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             (model.with_name(model.name + "-lora"), tiny_extras.EXTRAS_VERSION,
              lambda: tiny_extras.build_lora(model.with_name(model.name + "-lora"), model, force=args.force)),
             (model.with_name(model.name + "-embed"), tiny_extras.EXTRAS_VERSION,
-             lambda: tiny_extras.build_embedding(model.with_name(model.name + "-embed"), model, force=args.force))):
+             lambda: tiny_extras.build_embedding(model.with_name(model.name + "-embed"), model, force=args.force)),
+            (model.with_name(model.name + "-rerank"), tiny_extras.EXTRAS_VERSION,
+             lambda: tiny_extras.build_reranker(model.with_name(model.name + "-rerank"), model, force=args.force)),
+            (model.with_name(model.name + "-classify"), tiny_extras.EXTRAS_VERSION,
+             lambda: tiny_extras.build_classifier(model.with_name(model.name + "-classify"), model,
+                                                  force=args.force))):
         existed = not args.force and is_complete(target, version)
         print(f"{'up to date' if existed else 'built'}: {make()}")
     return 0

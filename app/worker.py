@@ -9,12 +9,12 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from core.settings import Settings
+from core.settings import RoleModel, Settings
+from plugins.engine.roles import EngineFactory
 
 
 @dataclass(frozen=True)
@@ -23,39 +23,41 @@ class WorkerArgs:
 
     settings: Settings
     uvicorn: dict[str, Any]  # uvicorn.Config's keyword arguments (root_path, timeouts, ...)
-    # The embedding engine's client_config of each worker (index = client_index), if it has one.
-    embedding_clients: tuple[dict[str, Any], ...] = ()
+    # Each pooling role's vLLM client_config of each worker (index = client_index). The generation role's
+    # comes to each worker as its own `client_config` argument (vLLM's APIServerProcessManager hands it).
+    clients: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def run_worker(listen_address: str, sock: Any, args: WorkerArgs, client_config: dict[str, Any]) -> None:
     """vLLM's APIServerProcessManager entry point (`target_server_fn`): same signature as vLLM's own."""
     import structlog
     import uvicorn
-    from vllm.utils.system_utils import set_process_title
 
     from app.asgi import create_app
+    from plugins.engine.vllm_supervisor import name_process
 
-    set_process_title("APIServer", str(client_config["client_index"]))  # VLLM::APIServer_i, as vLLM's
-    client_config.pop("api_server_loads", None)  # vLLM's accept balancing: uvicorn accepts on its own
     index = client_config["client_index"]
-    embedding = args.embedding_clients[index] if args.embedding_clients else None
-    for other in args.embedding_clients:  # the other workers' listeners came along in the pickle
-        if other is not embedding:
-            other["input_listener"].close()
-            other["output_listener"].close()
+    name_process("APIServer", index)
+    client_config.pop("api_server_loads", None)  # vLLM's accept balancing: uvicorn accepts on its own
+    mine = {"generate": client_config}
+    for role, clients in args.clients.items():
+        mine[role] = clients[index]
+        for other in clients:  # the other workers' listeners came along in the pickle
+            if other is not clients[index]:
+                other["input_listener"].close()
+                other["output_listener"].close()
     _exit_with_supervisor()
-    app = create_app(args.settings, engine_factory=_attached("start_vllm_engine", client_config),
-                     embedding_factory=_attached("start_vllm_embedding_engine", embedding))
+    app = create_app(args.settings, factories={role: _attached(client) for role, client in mine.items()})
     structlog.contextvars.bind_contextvars(api_server=index)  # on each of this worker's log lines
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, **args.uvicorn))
     server.run(sockets=[sock])
 
 
-def _attached(start: str, client: dict[str, Any] | None) -> Callable[[Settings], AbstractAsyncContextManager[Any]]:
-    def factory(settings: Settings) -> AbstractAsyncContextManager[Any]:
-        from plugins.engine import vllm_engine  # lazy: vLLM imports torch
+def _attached(client: dict[str, Any]) -> EngineFactory:
+    def factory(settings: Settings, model: RoleModel) -> AbstractAsyncContextManager[Any]:
+        from plugins.engine.vllm_start import start_vllm_role  # lazy: vLLM imports torch
 
-        return getattr(vllm_engine, start)(settings, client)
+        return start_vllm_role(settings, model, client)
 
     return factory
 

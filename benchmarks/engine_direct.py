@@ -9,7 +9,9 @@ import time
 from benchmarks.load import MESSAGES, PROMPT, Scenario, summary
 from core.settings import Settings
 from plugins.engine.protocol import ChatTemplateOptions
-from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args, settle_after_startup
+from plugins.engine.vllm_args import parse_engine_args
+from plugins.engine.vllm_engine import VllmEngine
+from plugins.engine.vllm_start import ENGINE_ENVIRONMENT, settle_after_startup
 
 
 async def _scenario(engine: VllmEngine, scenario: Scenario) -> dict:

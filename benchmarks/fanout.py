@@ -17,7 +17,9 @@ from statistics import median
 
 from core.settings import Settings
 from plugins.aggregation import Aggregator
-from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, VllmEngine, parse_engine_args, settle_after_startup
+from plugins.engine.vllm_args import parse_engine_args
+from plugins.engine.vllm_engine import VllmEngine
+from plugins.engine.vllm_start import ENGINE_ENVIRONMENT, settle_after_startup
 from plugins.fanout import FanOut, PromptRequest
 
 PROMPT = [1, *range(40, 72)]  # 33 tokens

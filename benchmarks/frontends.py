@@ -55,9 +55,9 @@ def engine_flags() -> list[str]:
     """The engine flags Choir gives the bundled model on this machine, in `vllm serve` syntax."""
     from vllm.platforms import current_platform
 
-    from plugins.engine.vllm_engine import CPU_ENGINE_ARGS
+    from plugins.engine.vllm_args import engine_argv
 
-    return Settings().engine_argv(CPU_ENGINE_ARGS if current_platform.is_cpu() else ())
+    return engine_argv(Settings(), on_cpu=current_platform.is_cpu())
 
 
 def start(name: str, log: Path, attempts: int = 3) -> Server:

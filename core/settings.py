@@ -14,23 +14,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL_DIR = PROJECT_ROOT / "models" / "choir-tiny"
 BUNDLED_MODEL_NAME = "choir-tiny"
 BUNDLED_LORA_DIR = PROJECT_ROOT / "models" / "choir-tiny-lora"
-BUNDLED_EMBEDDING_DIR = PROJECT_ROOT / "models" / "choir-tiny-embed"
-BUNDLED_EMBEDDING_NAME = "choir-tiny-embed"
 
-# Engine flags for the bundled tiny model: small context and batch keep the CPU KV cache
-# (VLLM_CPU_KVCACHE_SPACE, GiB) small, and CUDA graphs are pointless for it.
-BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
-# JSON with no whitespace between tokens, so that a model cannot loop on it (vLLM allows any amount by
-# default; app/serving/json_bounds.py says the rest). Any --structured-outputs-config flag of the user's
-# replaces both (the flag needs the xgrammar or guidance backend).
-STRUCTURED_OUTPUT_ENGINE_ARGS = ("--structured-outputs-config.backend", "xgrammar",
-                                 "--structured-outputs-config.disable_any_whitespace", "true")
-BUNDLED_EMBEDDING_ENGINE_ARGS = ("--max-model-len", "512", "--max-num-seqs", "64", "--enforce-eager")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Engine flags Choir sets from its own settings (its serving side needs the same values).
 OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
              "--reasoning-parser": "CHOIR_REASONING_PARSER"}
-EMBEDDING_OWN_FLAGS = {"--model": "CHOIR_EMBEDDING_MODEL", "--served-model-name": "CHOIR_EMBEDDING_MODEL_NAME"}
 # vLLM's front-end flags Choir reads from CHOIR_ENGINE_ARGS itself (the engine's parser knows neither).
 API_SERVER_COUNT_FLAGS = ("--api-server-count", "-asc")
 HEADLESS_FLAG = "--headless"
@@ -50,6 +38,71 @@ class LoraModule:
     name: str
     path: str
     base_model_name: str | None = None  # the served name /v1/models gives as its `parent` (else the first)
+
+
+@dataclass(frozen=True)
+class PoolingRole:
+    """An optional engine role on a pooling model, and its three settings: CHOIR_<PREFIX>_MODEL,
+    CHOIR_<PREFIX>_MODEL_NAME and CHOIR_<PREFIX>_ENGINE_ARGS. `make install` builds a tiny one of each."""
+
+    role: str  # vLLM's pooling task the role runs: embed, or classify (for rerank/score and classify)
+    prefix: str
+    bundled_name: str
+
+    @property
+    def bundled_dir(self) -> Path:
+        return PROJECT_ROOT / "models" / self.bundled_name
+
+    def variable(self, what: str) -> str:
+        return f"CHOIR_{self.prefix}_{what}"
+
+
+POOLING_ROLES = (PoolingRole("embed", "EMBEDDING", "choir-tiny-embed"),
+                 PoolingRole("rerank", "RERANK", "choir-tiny-rerank"),
+                 PoolingRole("classify", "CLASSIFY", "choir-tiny-classify"))
+ROLE_NAMES = ("generate", *(role.role for role in POOLING_ROLES))
+
+
+@dataclass(frozen=True)
+class RoleModel:
+    """One engine's model, the same shape for every role: generation's (CHOIR_MODEL,
+    CHOIR_SERVED_MODEL_NAME, CHOIR_ENGINE_ARGS) and each pooling role's."""
+
+    role: str  # one of ROLE_NAMES
+    model: str
+    name: str | None = None  # the served names, comma-separated; None: the bundled name, else the model
+    engine_args: tuple[str, ...] = ()
+
+    @property
+    def is_bundled(self) -> bool:
+        return Path(self.model).resolve() == _bundled_dir(self.role)
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """One name or several (aliases), comma-separated; the first is reported."""
+        names = self.name or (_bundled_dir(self.role).name if self.is_bundled else self.model)
+        return tuple(name.strip() for name in names.split(",") if name.strip())
+
+    @property
+    def variables(self) -> tuple[str, str, str]:
+        """The settings this model comes from: model, names, engine flags."""
+        if self.role == "generate":
+            return "CHOIR_MODEL", "CHOIR_SERVED_MODEL_NAME", "CHOIR_ENGINE_ARGS"
+        role = _pooling_role(self.role)
+        return role.variable("MODEL"), role.variable("MODEL_NAME"), role.variable("ENGINE_ARGS")
+
+
+def pooling_variable(role: str) -> str:
+    """The setting that names a pooling role's model: CHOIR_EMBEDDING_MODEL, ..."""
+    return _pooling_role(role).variable("MODEL")
+
+
+def _pooling_role(name: str) -> PoolingRole:
+    return next(role for role in POOLING_ROLES if role.role == name)
+
+
+def _bundled_dir(role: str) -> Path:
+    return BUNDLED_MODEL_DIR if role == "generate" else _pooling_role(role).bundled_dir
 
 
 @dataclass(frozen=True)
@@ -78,10 +131,8 @@ class Settings:
     # vLLM's front-end flags --return-tokens-as-token-ids and --enable-force-include-usage
     return_tokens_as_token_ids: bool = False
     force_include_usage: bool = False
-    # A second engine for /v1/embeddings (vLLM's pooling runner), off unless a model is given.
-    embedding_model: str | None = None
-    embedding_model_name: str | None = None
-    embedding_engine_args: tuple[str, ...] = ()
+    # Engines on pooling models (embed, rerank, classify), each off unless its model is given.
+    pooling: tuple[RoleModel, ...] = ()
     # API processes over the same engine cores (vLLM's --api-server-count): 1 is one process, no supervisor.
     api_servers: int = 1
     headless: bool = False  # engines only, for a head node's data-parallel front end (vLLM's --headless)
@@ -90,44 +141,25 @@ class Settings:
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
+    def generation(self) -> RoleModel:
+        return RoleModel("generate", self.model, self.served_model_name, self.engine_args)
+
+    @property
+    def models(self) -> tuple[RoleModel, ...]:
+        """Every engine's model, generation's first: the engines Choir starts."""
+        return self.generation, *self.pooling
+
+    @property
     def is_bundled_model(self) -> bool:
-        return Path(self.model).resolve() == BUNDLED_MODEL_DIR
+        return self.generation.is_bundled
 
     @property
     def served_model_names(self) -> tuple[str, ...]:
-        """CHOIR_SERVED_MODEL_NAME is one name or several (aliases), comma-separated; the first is reported."""
-        return tuple(name.strip() for name in self.served_model_name.split(",") if name.strip())
+        return self.generation.served_model_names
 
-    @property
-    def embedding_model_names(self) -> tuple[str, ...]:
-        if self.embedding_model is None:
-            return ()
-        bundled = Path(self.embedding_model).resolve() == BUNDLED_EMBEDDING_DIR
-        names = self.embedding_model_name or (BUNDLED_EMBEDDING_NAME if bundled else self.embedding_model)
-        return tuple(name.strip() for name in names.split(",") if name.strip())
-
-    def engine_argv(self, platform_defaults: tuple[str, ...] = ()) -> list[str]:
-        """The engine's flags in vLLM CLI syntax: Choir's defaults first, so the user's win."""
-        model_defaults = BUNDLED_MODEL_ENGINE_ARGS if self.is_bundled_model else ()
-        # The engine's structured outputs must know the reasoning parser to constrain only what follows
-        # the reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
-        reasoning = ("--reasoning-parser", self.reasoning_parser) if self.reasoning_parser else ()
-        structured = () if any(arg.startswith("--structured-outputs-config") for arg in self.engine_args) \
-            else STRUCTURED_OUTPUT_ENGINE_ARGS
-        defaults = _not_overridden([*platform_defaults, *model_defaults, *structured], self.engine_args)
-        lora = ("--enable-lora",) if (self.lora_modules or self.allow_runtime_lora) else ()
-        return ["--model", self.model, "--served-model-name", *self.served_model_names,
-                *_not_overridden(list(lora), self.engine_args), *defaults, *reasoning, *self.engine_args]
-
-    def embedding_engine_argv(self) -> list[str]:
-        """The embedding engine's flags: vLLM's pooling runner (a Llama-shaped embedder would otherwise
-        be taken for a generator), the bundled model's small context, then CHOIR_EMBEDDING_ENGINE_ARGS."""
-        assert self.embedding_model is not None
-        bundled = BUNDLED_EMBEDDING_ENGINE_ARGS if Path(self.embedding_model).resolve() == BUNDLED_EMBEDDING_DIR \
-            else ()
-        defaults = _not_overridden(["--runner", "pooling", *bundled], self.embedding_engine_args)
-        return ["--model", self.embedding_model, "--served-model-name", *self.embedding_model_names, *defaults,
-                *self.embedding_engine_args]
+    def role(self, name: str) -> RoleModel | None:
+        """The pooling role's model, if it is configured."""
+        return next((model for model in self.pooling if model.role == name), None)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
@@ -179,9 +211,7 @@ class Settings:
             allow_runtime_lora=_boolean(env, "CHOIR_ALLOW_RUNTIME_LORA", False),
             return_tokens_as_token_ids=_boolean(env, "CHOIR_RETURN_TOKENS_AS_TOKEN_IDS", False),
             force_include_usage=_boolean(env, "CHOIR_FORCE_INCLUDE_USAGE", False),
-            embedding_model=_embedding_model(env.get("CHOIR_EMBEDDING_MODEL") or None),
-            embedding_model_name=env.get("CHOIR_EMBEDDING_MODEL_NAME") or None,
-            embedding_engine_args=_engine_flags(env, "CHOIR_EMBEDDING_ENGINE_ARGS", EMBEDDING_OWN_FLAGS),
+            pooling=_pooling_models(env),
             api_servers=api_servers,
             headless=headless,
             fanout_placement=placement,
@@ -199,17 +229,12 @@ class Settings:
 
     def check_model_names(self) -> None:
         """Every model name means one model: a name served twice would hide one of them."""
-        names = {"CHOIR_SERVED_MODEL_NAME": self.served_model_names}
-        if not names["CHOIR_SERVED_MODEL_NAME"]:
-            raise SettingsError(f"CHOIR_SERVED_MODEL_NAME={self.served_model_name!r} names no model.")
-        if self.embedding_model is None:
-            if self.embedding_model_name or self.embedding_engine_args:
-                raise SettingsError("CHOIR_EMBEDDING_MODEL_NAME and CHOIR_EMBEDDING_ENGINE_ARGS need "
-                                    "CHOIR_EMBEDDING_MODEL: the embedding model they are about.")
-        elif not self.embedding_model_names:
-            raise SettingsError(f"CHOIR_EMBEDDING_MODEL_NAME={self.embedding_model_name!r} names no model.")
-        else:
-            names["CHOIR_EMBEDDING_MODEL_NAME"] = self.embedding_model_names
+        names: dict[str, tuple[str, ...]] = {}
+        for model in self.models:
+            _, name_variable, _ = model.variables
+            if not model.served_model_names:
+                raise SettingsError(f"{name_variable}={model.name!r} names no model.")
+            names[name_variable] = model.served_model_names
         names["CHOIR_LORA_MODULES"] = tuple(module.name for module in self.lora_modules)
         seen: dict[str, str] = {}
         for setting, served in names.items():
@@ -217,7 +242,7 @@ class Settings:
                 if name in seen:
                     where = "twice" if seen[name] == setting else f"in {seen[name]} too"
                     raise SettingsError(f"{setting} names `{name}` {where}: a model name must mean one model. "
-                                        f"Choose another name (CHOIR_EMBEDDING_MODEL_NAME names the embedding model).")
+                                        f"Choose another name (CHOIR_<ROLE>_MODEL_NAME names a pooling model).")
                 seen[name] = setting
         for module in self.lora_modules:
             if module.base_model_name is not None and module.base_model_name not in self.served_model_names:
@@ -262,12 +287,23 @@ def _lora_modules(raw: str) -> tuple[LoraModule, ...]:
     return tuple(modules)
 
 
-def _embedding_model(model: str | None) -> str | None:
-    if model is not None and model.startswith((".", "/", "~")) and not Path(model).expanduser().is_dir():
-        hint = " Run `make install` to build the bundled one." if Path(model).resolve() == BUNDLED_EMBEDDING_DIR \
-            else ""
-        raise SettingsError(f"CHOIR_EMBEDDING_MODEL={model!r} is not a directory.{hint}")
-    return model
+def _pooling_models(env: dict[str, str]) -> tuple[RoleModel, ...]:
+    models = []
+    for role in POOLING_ROLES:
+        model, name = env.get(role.variable("MODEL")) or None, env.get(role.variable("MODEL_NAME")) or None
+        flags = _engine_flags(env, role.variable("ENGINE_ARGS"), {"--model": role.variable("MODEL"),
+                                                                  "--served-model-name": role.variable("MODEL_NAME")})
+        if model is None:
+            if name or flags:
+                raise SettingsError(f"{role.variable('MODEL_NAME')} and {role.variable('ENGINE_ARGS')} need "
+                                    f"{role.variable('MODEL')}: the model they are about.")
+            continue
+        if model.startswith((".", "/", "~")) and not Path(model).expanduser().is_dir():
+            hint = " Run `make install` to build the bundled one." if Path(model).resolve() == role.bundled_dir \
+                else ""
+            raise SettingsError(f"{role.variable('MODEL')}={model!r} is not a directory.{hint}")
+        models.append(RoleModel(role.role, model, name, flags))
+    return tuple(models)
 
 
 def _engine_flags(env: dict[str, str], name: str, own: dict[str, str]) -> tuple[str, ...]:
@@ -305,23 +341,6 @@ def _front_end_flags(env: dict[str, str], flags: tuple[str, ...]) -> tuple[tuple
                                 "CHOIR_ENGINE_ARGS disagree: set one of them.")
         api_servers = from_flag
     return tuple(kept), api_servers, headless
-
-
-def _flag_name(arg: str) -> str:
-    """`--no-enable-x`, `--enable_x=1` → `enable-x`: the setting a flag is about."""
-    name = arg.split("=", 1)[0].removeprefix("--").replace("_", "-")
-    return name.removeprefix("no-")
-
-
-def _not_overridden(defaults: list[str], user_args: tuple[str, ...]) -> list[str]:
-    """Choir's default flags, less those the user sets (vLLM would warn of duplicate keys)."""
-    overridden = {_flag_name(arg) for arg in user_args if arg.startswith("--")}
-    kept: list[str] = []
-    for i, arg in enumerate(defaults):
-        flag = arg if arg.startswith("--") else defaults[i - 1]  # a value belongs to the flag before it
-        if _flag_name(flag) not in overridden:
-            kept.append(arg)
-    return kept
 
 
 def _positive_int(env: dict[str, str], name: str, default: int) -> int:

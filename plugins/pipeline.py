@@ -18,7 +18,9 @@ from litestar.plugins import InitPlugin
 
 from core.compat import OperationCompat
 from plugins.aggregation import Aggregator
-from plugins.engine.protocol import EmbeddingEngine, Engine
+from plugins.engine.config import EngineConfig
+from plugins.engine.protocol import Engine
+from plugins.engine.roles import Engines
 from plugins.fanout import FanOut
 from plugins.spec import operation_compat
 
@@ -40,7 +42,7 @@ class Pipeline:
     fan_out: FanOut
     engine: Engine  # generation, LoRA adapters included
     aggregator: Aggregator
-    embedding: EmbeddingEngine | None = None  # CHOIR_EMBEDDING_MODEL's engine
+    engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
     parsers: Any = None  # the serving side's reasoning and tool parsers (app/parsers_plugin.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
 
@@ -48,29 +50,25 @@ class Pipeline:
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 
 
-PARSERS_STATE_KEY = "parsers"  # app state: the parsers app/parsers_plugin.py builds at start-up
-
-
 class PipelinePlugin(InitPlugin):
-    """Provides `pipeline`; needs the engine plugin's state key (`engine_state_key`)."""
+    """Provides `pipeline`, from the state the engine plugin's config (`engines`) names."""
 
-    __slots__ = ("defaults", "embedding_state_key", "engine_state_key", "fan_out")
+    __slots__ = ("defaults", "engines", "fan_out")
 
-    def __init__(self, fan_out: FanOut, engine_state_key: str = "engine",
-                 embedding_state_key: str = "embedding_engine", defaults: RequestDefaults = NO_DEFAULTS) -> None:
-        self.fan_out, self.engine_state_key, self.embedding_state_key = fan_out, engine_state_key, embedding_state_key
-        self.defaults = defaults
+    def __init__(self, fan_out: FanOut, engines: EngineConfig, defaults: RequestDefaults = NO_DEFAULTS) -> None:
+        self.fan_out, self.engines, self.defaults = fan_out, engines, defaults
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        fan_out, key, embedding_key, defaults = self.fan_out, self.engine_state_key, self.embedding_state_key, \
-            self.defaults
+        fan_out, defaults = self.fan_out, self.defaults
+        engine_key, engines_key, parsers_key = (self.engines.engine_state_key, self.engines.state_key,
+                                                self.engines.parsers_state_key)
 
         def provide_pipeline(request: Request) -> Pipeline:
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
             state = request.app.state
-            engine = state[key]
-            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state.get(embedding_key),
-                            state.get(PARSERS_STATE_KEY), defaults)
+            engine = state[engine_key]
+            return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
+                            state.get(parsers_key), defaults)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

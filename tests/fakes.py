@@ -5,6 +5,7 @@ outputs are easy to predict. Outputs are vLLM's own `RequestOutput`/`CompletionO
 """
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -168,17 +169,22 @@ class FakeEngine:
 
 
 @dataclass
-class FakeEmbeddingEngine:
-    """Embeds a prompt as its token ids' histogram over `embedding_size` buckets (deterministic, and
-    different prompts get different vectors); records every embed."""
+class FakePoolingEngine:
+    """A pooling role's engine. Embeds a prompt as its token ids' histogram over `embedding_size` buckets
+    (deterministic, and different prompts get different vectors); classifies it by the same histogram over
+    its labels, softmaxed (one label: the sigmoid of its share of even token ids); a pair is the two
+    prompts' ids with a 0 between. Records every request."""
 
     served_model_names: tuple[str, ...] = ("fake-embed",)
+    role: str = "embed"
+    labels: tuple[str | None, ...] = ()
     model_root: str = "/models/fake-embed"
     max_model_len: int = 64
     embedding_size: int = 8
     matryoshka_dimensions: tuple[int, ...] | None = (4, 8)
     is_alive: bool = True
     embedded: list[tuple[Prompt, str, int | None, bool | None]] = field(default_factory=list)
+    classified: list[tuple[Prompt, str]] = field(default_factory=list)
 
     vocab_size: int = FakeEngine.vocab_size
 
@@ -207,11 +213,30 @@ class FakeEmbeddingEngine:
             vector = [v / norm for v in vector]
         return vector
 
+    async def classify(self, prompt: Prompt, request_id: str, activation: bool | None = None) -> list[float]:
+        self.classified.append((prompt, request_id))
+        if len(self.labels) == 1:
+            even = sum(1 for token in prompt.token_ids if token % 2 == 0) / max(len(prompt.token_ids), 1)
+            logit = 4.0 * even - 2.0
+            return [logit if activation is False else 1.0 / (1.0 + math.exp(-logit))]
+        counts = [0.0] * len(self.labels)
+        for token in prompt.token_ids:
+            counts[token % len(self.labels)] += 1.0
+        if activation is False:
+            return counts
+        exps = [math.exp(c - max(counts)) for c in counts]
+        return [e / sum(exps) for e in exps]
+
+    async def render_pair(self, first: str, second: str) -> Prompt:
+        ids = [*encode(first), 0, *encode(second)]
+        return Prompt(token_ids=ids, text=None, engine_input={"prompt_token_ids": ids})
+
     async def abort_all(self) -> int:
         return 0
 
     def num_unfinished_requests(self) -> int:
         return 0
+
 
 
 def _truncated(ids: list[int], options: RenderOptions) -> list[int]:
@@ -238,7 +263,7 @@ def _text(content: Any) -> str:
 
 def fake_engine_factory(engine: Any) -> Callable[..., Any]:
     @asynccontextmanager
-    async def factory(settings) -> AsyncIterator[FakeEngine]:
+    async def factory(settings, model=None) -> AsyncIterator[FakeEngine]:
         yield engine
 
     return factory

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from core.settings import Settings, SettingsError
+from plugins.engine.vllm_args import engine_argv
 from tests.integration.server import ROOT
 
 
@@ -26,12 +27,12 @@ def test_one_api_process_by_default(tmp_path):
 def test_api_server_count_is_choirs_setting_or_vllms_flag(tmp_path, env):
     s = settings(tmp_path, **env)
     assert s.api_servers == 3
-    assert not any("api-server" in arg or arg.startswith("-asc") for arg in s.engine_argv())  # not the engine's
+    assert not any("api-server" in arg or arg.startswith("-asc") for arg in engine_argv(s))  # not the engine's
 
 
 def test_headless_is_taken_out_of_the_engine_flags(tmp_path):
     s = settings(tmp_path, CHOIR_ENGINE_ARGS="--headless --data-parallel-size 2")
-    assert s.headless and "--headless" not in s.engine_argv() and "--data-parallel-size" in s.engine_argv()
+    assert s.headless and "--headless" not in engine_argv(s) and "--data-parallel-size" in engine_argv(s)
 
 
 @pytest.mark.parametrize("env, fragment", [

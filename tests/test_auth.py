@@ -4,9 +4,9 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from core.settings import Settings
+from core.settings import RoleModel, Settings
 from plugins.spec import load_spec
-from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
+from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
 KEYS = ("first-key", "second-key")
 V1_ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None),
@@ -22,9 +22,9 @@ UNLOAD = ("POST", "/v1/unload_lora_adapter", {"lora_name": "a"})  # once it answ
 
 def make_client(**settings):
     app = create_app(Settings(served_model_name="fake-model", api_keys=KEYS, allow_runtime_lora=True,
-                              embedding_model="/models/fake-embed", **settings),
+                              pooling=(RoleModel("embed", "/models/fake-embed"),), **settings),
                      engine_factory=fake_engine_factory(FakeEngine()),
-                     embedding_factory=fake_engine_factory(FakeEmbeddingEngine()))
+                     factories={"embed": fake_engine_factory(FakePoolingEngine())})
     return TestClient(app)
 
 

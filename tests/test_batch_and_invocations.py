@@ -4,9 +4,9 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from core.settings import Settings
+from core.settings import RoleModel, Settings
 from plugins.engine.protocol import NO_OPTIONS
-from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
+from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 from tests.sse import sse_json
 
 BATCH = "/v1/chat/completions/batch"
@@ -60,9 +60,9 @@ def test_one_failing_conversation_fails_the_batch_and_stops_the_others(client, f
 
 @pytest.fixture
 def with_embeddings():
-    app = create_app(Settings(served_model_name="fake-model", embedding_model="/models/fake-embed"),
+    app = create_app(Settings(served_model_name="fake-model", pooling=(RoleModel("embed", "/models/fake-embed"),)),
                      engine_factory=fake_engine_factory(FakeEngine()),
-                     embedding_factory=fake_engine_factory(FakeEmbeddingEngine()))
+                     factories={"embed": fake_engine_factory(FakePoolingEngine())})
     with TestClient(app) as client:
         yield client
 

@@ -14,6 +14,7 @@ from schemathesis.checks import positive_data_acceptance
 
 from app.asgi import create_app
 from core.settings import Settings
+from plugins.engine.roles import Engines
 from plugins.spec import SPEC_DIR
 from tests.fakes import FakeEngine, fake_engine_factory
 
@@ -22,6 +23,7 @@ OPEN_PATHS = {"/health", "/version", "/metrics"}  # the docs (/schema) are open 
 app = create_app(Settings(served_model_name="fake-model", api_keys=(KEY,)),
                  engine_factory=fake_engine_factory(FakeEngine()))
 app.state["engine"] = FakeEngine()  # schemathesis' ASGI client does not run the lifespan
+app.state["engines"] = Engines({"generate": app.state["engine"]})
 schema = schemathesis.openapi.from_path(SPEC_DIR / "openapi.yaml")
 schema.app = app
 

@@ -27,6 +27,7 @@ from app.asgi import create_app
 from core.errors import EngineDead, EngineRejected
 from core.settings import Settings
 from plugins.engine.protocol import NO_OPTIONS
+from plugins.engine.roles import Engines
 from tests.fakes import Call, FakeEngine, encode
 
 ENDS = ("stop", "length")  # a normal finish
@@ -180,6 +181,7 @@ def http_scope(path: str) -> dict:
 ENGINE = ScriptedEngine()
 APP: Any = create_app(Settings(served_model_name="fake-model"))  # called with plain dicts for ASGI messages
 APP.state["engine"] = ENGINE  # no lifespan: the engine is there already
+APP.state["engines"] = Engines({"generate": ENGINE})
 
 
 @dataclass

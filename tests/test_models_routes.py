@@ -8,8 +8,8 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from core.settings import LoraModule, Settings
-from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
+from core.settings import LoraModule, RoleModel, Settings
+from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -17,12 +17,12 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 def make_client(runtime_lora=False, embedding=True, **engine):
     generation = FakeEngine(served_model_names=("base", "alias"), adapters={"tuned": "/adapters/tuned"}, **engine)
-    embedder = FakeEmbeddingEngine()
+    embedder = FakePoolingEngine()
     settings = Settings(served_model_name="base,alias", allow_runtime_lora=runtime_lora,
                         lora_modules=(LoraModule("tuned", "/adapters/tuned"),),
-                        embedding_model="/models/fake-embed" if embedding else None)
+                        pooling=(RoleModel("embed", "/models/fake-embed"),) if embedding else ())
     app = create_app(settings, engine_factory=fake_engine_factory(generation),
-                     embedding_factory=fake_engine_factory(embedder))
+                     factories={"embed": fake_engine_factory(embedder)})
     return TestClient(app), generation, embedder
 
 

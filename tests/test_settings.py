@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from core.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
+from plugins.engine.vllm_args import engine_argv
 from tests.integration.server import ROOT
 
 
@@ -18,19 +19,19 @@ def test_defaults_serve_the_bundled_model(tmp_path):
     s = settings(tmp_path)
     assert s.model == str(BUNDLED_MODEL_DIR) and s.served_model_name == BUNDLED_MODEL_NAME
     assert s.max_n == 128 and s.is_bundled_model
-    argv = s.engine_argv(("--no-enable-chunked-prefill",))
+    argv = engine_argv(s, on_cpu=True)
     assert argv[:4] == ["--model", str(BUNDLED_MODEL_DIR), "--served-model-name", BUNDLED_MODEL_NAME]
     assert "--no-enable-chunked-prefill" in argv and "--max-model-len" in argv
 
 
 def test_another_model_is_served_under_its_id(tmp_path):
     s = settings(tmp_path, CHOIR_MODEL="org/some-model")
-    assert s.served_model_name == "org/some-model" and "--max-model-len" not in s.engine_argv()
+    assert s.served_model_name == "org/some-model" and "--max-model-len" not in engine_argv(s)
 
 
 def test_user_engine_args_come_last_and_replace_the_defaults(tmp_path):
     s = settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --enable-chunked-prefill")
-    argv = s.engine_argv(("--no-enable-chunked-prefill",))
+    argv = engine_argv(s, on_cpu=True)
     assert argv[-3:] == ["--max-model-len", "512", "--enable-chunked-prefill"]
     # Choir's own values of those flags are left out: vLLM would warn of duplicate keys.
     assert argv.count("--max-model-len") == 1 and "--no-enable-chunked-prefill" not in argv
@@ -47,15 +48,15 @@ def test_user_engine_args_come_last_and_replace_the_defaults(tmp_path):
      ["--structured-outputs-config", '{"backend":"outlines"}']),
 ])
 def test_structured_outputs_bound_whitespace_unless_the_user_configures_them(tmp_path, user, expected):
-    argv = settings(tmp_path, CHOIR_ENGINE_ARGS=user).engine_argv()
+    argv = engine_argv(settings(tmp_path, CHOIR_ENGINE_ARGS=user))
     assert [arg for i, arg in enumerate(argv) if arg.startswith("--structured-outputs-config")
             or (i and argv[i - 1].startswith("--structured-outputs-config") and not arg.startswith("--"))] == expected
 
 
 def test_the_reasoning_parser_reaches_the_engine(tmp_path):
-    argv = settings(tmp_path, CHOIR_REASONING_PARSER="qwen3").engine_argv()
+    argv = engine_argv(settings(tmp_path, CHOIR_REASONING_PARSER="qwen3"))
     assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
-    assert "--reasoning-parser" not in settings(tmp_path).engine_argv()
+    assert "--reasoning-parser" not in engine_argv(settings(tmp_path))
 
 
 def test_env_file_is_read_and_the_environment_wins(tmp_path):
@@ -81,7 +82,7 @@ def test_bad_settings_are_one_clear_error(tmp_path, env, fragment):
 
 
 def test_engine_args_go_through_vllms_own_parser(tmp_path):
-    from plugins.engine.vllm_engine import parse_engine_args
+    from plugins.engine.vllm_args import parse_engine_args
 
     args = parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --max-logprobs 5"),
                              on_cpu=True)
@@ -95,7 +96,7 @@ def test_engine_args_go_through_vllms_own_parser(tmp_path):
 @pytest.mark.parametrize("flags, fragment", [("--no-such-flag", "--no-such-flag"),
                                              ("--max-model-len lots", "max-model-len")])
 def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
-    from plugins.engine.vllm_engine import parse_engine_args
+    from plugins.engine.vllm_args import parse_engine_args
 
     with pytest.raises(SettingsError, match=fragment) as raised:
         parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS=flags), on_cpu=True)
@@ -120,7 +121,7 @@ def test_server_with_a_bad_setting_exits_with_one_line(env):
 def test_several_served_names_are_aliases(tmp_path):
     s = settings(tmp_path, CHOIR_SERVED_MODEL_NAME="choir-tiny, tiny-alias")
     assert s.served_model_names == ("choir-tiny", "tiny-alias")
-    argv = s.engine_argv()
+    argv = engine_argv(s)
     assert argv[argv.index("--served-model-name") + 1: argv.index("--served-model-name") + 3] == \
         ["choir-tiny", "tiny-alias"]
 
@@ -134,9 +135,9 @@ def test_lora_modules_take_vllms_forms_and_enable_lora(tmp_path, raw, expected):
     s = settings(tmp_path, CHOIR_LORA_MODULES=raw)
     assert [(m.name, m.path, m.base_model_name) for m in s.lora_modules] == \
         [entry if len(entry) == 3 else (*entry, None) for entry in expected]
-    assert "--enable-lora" in s.engine_argv()
-    assert "--enable-lora" not in settings(tmp_path).engine_argv()
-    assert "--enable-lora" in settings(tmp_path, CHOIR_ALLOW_RUNTIME_LORA="true").engine_argv()
+    assert "--enable-lora" in engine_argv(s)
+    assert "--enable-lora" not in engine_argv(settings(tmp_path))
+    assert "--enable-lora" in engine_argv(settings(tmp_path, CHOIR_ALLOW_RUNTIME_LORA="true"))
 
 
 @pytest.mark.parametrize("raw, fragment", [
@@ -168,33 +169,49 @@ def test_every_model_name_means_one_model(tmp_path, env, fragment):
     assert "\n" not in str(raised.value)
 
 
-def test_the_embedding_engine_runs_vllms_pooling_runner(tmp_path):
-    from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_EMBEDDING_NAME
+@pytest.mark.parametrize("prefix, role", [("EMBEDDING", "embed"), ("RERANK", "rerank"), ("CLASSIFY", "classify")])
+def test_each_pooling_role_has_the_same_three_settings_and_runs_vllms_pooling_runner(tmp_path, prefix, role):
+    from core.settings import POOLING_ROLES
+    from plugins.engine.vllm_args import pooling_argv
 
-    assert settings(tmp_path).embedding_model is None  # no second engine unless asked
-    s = settings(tmp_path, CHOIR_EMBEDDING_MODEL=str(BUNDLED_EMBEDDING_DIR),
-                 CHOIR_EMBEDDING_ENGINE_ARGS="--max-model-len 256")
-    assert s.embedding_model_names == (BUNDLED_EMBEDDING_NAME,)
-    argv = s.embedding_engine_argv()
-    assert argv[argv.index("--runner") + 1] == "pooling" and argv[-2:] == ["--max-model-len", "256"]
-    assert argv.count("--max-model-len") == 1
-    named = settings(tmp_path, CHOIR_EMBEDDING_MODEL="org/embedder", CHOIR_EMBEDDING_MODEL_NAME="e1,e2")
-    assert named.embedding_model_names == ("e1", "e2")
-    with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL"):
-        settings(tmp_path, CHOIR_EMBEDDING_MODEL="/no/such/dir")
-    with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL_NAME"):
-        settings(tmp_path, CHOIR_EMBEDDING_MODEL="org/embedder", CHOIR_EMBEDDING_ENGINE_ARGS="--served-model-name x")
+    assert settings(tmp_path).pooling == ()  # no pooling engine unless asked
+    bundled = next(r for r in POOLING_ROLES if r.role == role)
+    s = settings(tmp_path, **{f"CHOIR_{prefix}_MODEL": str(bundled.bundled_dir),
+                              f"CHOIR_{prefix}_ENGINE_ARGS": "--max-model-len 256"})
+    model = s.role(role)
+    assert model is not None and s.models == (s.generation, model)
+    assert model.served_model_names == (bundled.bundled_name,)
+    argv = pooling_argv(model)
+    assert argv[argv.index("--runner") + 1] == "pooling" and "--max-model-len" in argv[-3:]
+    assert argv.count("--max-model-len") == 1 and "--disable-log-stats" in argv
+    named = settings(tmp_path, **{f"CHOIR_{prefix}_MODEL": "org/model", f"CHOIR_{prefix}_MODEL_NAME": "e1,e2"})
+    assert named.role(role).served_model_names == ("e1", "e2")
+    with pytest.raises(SettingsError, match=f"CHOIR_{prefix}_MODEL="):
+        settings(tmp_path, **{f"CHOIR_{prefix}_MODEL": "/no/such/dir"})
+    with pytest.raises(SettingsError, match=f"CHOIR_{prefix}_MODEL_NAME"):
+        settings(tmp_path, **{f"CHOIR_{prefix}_MODEL": "org/model",
+                              f"CHOIR_{prefix}_ENGINE_ARGS": "--served-model-name x"})
+    with pytest.raises(SettingsError, match=f"need CHOIR_{prefix}_MODEL"):
+        settings(tmp_path, **{f"CHOIR_{prefix}_MODEL_NAME": "x"})
 
 
-def test_two_engines_on_one_gpu_must_fit_together():
-    """Checked before either engine starts on a GPU (on the CPU each has its own KV cache space)."""
-    from plugins.engine.vllm_engine import check_gpu_share, parse_flags
+def test_engines_on_one_gpu_must_fit_together(tmp_path):
+    """Checked before any engine starts on a GPU (on the CPU each has its own KV cache space)."""
+    from plugins.engine.vllm_args import check_gpu_share
 
-    def parsed(*flags):
-        return parse_flags(["--model", "m", *flags], "CHOIR_ENGINE_ARGS")
+    def two(generation: str = "", rerank: str = "", classify: str | None = None):
+        env = {"CHOIR_MODEL": "org/m", "CHOIR_ENGINE_ARGS": generation, "CHOIR_RERANK_MODEL": "org/r",
+               "CHOIR_RERANK_ENGINE_ARGS": rerank}
+        if classify is not None:
+            env |= {"CHOIR_CLASSIFY_MODEL": "org/c", "CHOIR_CLASSIFY_ENGINE_ARGS": classify}
+        return settings(tmp_path, **env)
 
-    with pytest.raises(SettingsError, match=r"\(0.92 and 0.92\)") as raised:
-        check_gpu_share(parsed(), parsed())
+    with pytest.raises(SettingsError, match=r"CHOIR_ENGINE_ARGS 0.92, CHOIR_RERANK_ENGINE_ARGS 0.92") as raised:
+        check_gpu_share(two())
     assert "\n" not in str(raised.value)
-    check_gpu_share(parsed("--gpu-memory-utilization", "0.8"), parsed("--gpu-memory-utilization", "0.1"))
-    check_gpu_share(parsed(), parsed("--kv-cache-memory-bytes", "1000000"))  # bytes: vLLM checks them itself
+    check_gpu_share(two("--gpu-memory-utilization 0.8", "--gpu-memory-utilization 0.1"))
+    check_gpu_share(two(rerank="--kv-cache-memory-bytes 1000000"))  # bytes: vLLM checks them itself
+    with pytest.raises(SettingsError, match="CHOIR_CLASSIFY_ENGINE_ARGS 0.1"):  # a third role counts too
+        check_gpu_share(two("--gpu-memory-utilization 0.8", "--gpu-memory-utilization 0.1",
+                            "--gpu-memory-utilization 0.1"))
+    check_gpu_share(settings(tmp_path))  # one engine: nothing to share

@@ -1,5 +1,7 @@
 """spec/openapi.yaml is the source of the routes: the app's OpenAPI must agree with it."""
 
+from contextlib import asynccontextmanager
+
 import pytest
 from litestar.exceptions import ImproperlyConfiguredException
 from openapi_spec_validator import validate
@@ -98,12 +100,27 @@ def test_the_spec_plugin_must_come_last():
         Litestar(plugins=[SpecPlugin(), Late()])
 
 
-def test_the_parsers_plugin_must_come_before_the_engine_plugin():
+def test_the_parsers_names_are_checked_before_any_engine_starts_wherever_the_plugin_is_listed():
+    """No plugin order to keep: the name check is the first lifespan, so no engine starts (nor needs stopping)
+    when CHOIR_REASONING_PARSER names a parser vLLM lacks."""
     from litestar import Litestar
+    from litestar.testing import TestClient
 
     from app.parsers_plugin import ParsersPlugin
+    from core.settings import SettingsError
     from plugins.engine.config import EngineConfig
     from plugins.engine.plugin import EnginePlugin
 
-    with pytest.raises(ImproperlyConfiguredException, match="before EnginePlugin"):
-        Litestar(plugins=[EnginePlugin(EngineConfig()), ParsersPlugin("qwen3", None)])
+    started = []
+
+    @asynccontextmanager
+    async def engine(settings, model):
+        started.append(model.role)
+        yield FakeEngine()
+
+    config = EngineConfig(Settings(served_model_name="fake-model"), factories={"generate": engine})
+    app = Litestar(plugins=[EnginePlugin(config), ParsersPlugin("no-such-parser", None, config)])
+    with pytest.raises(BaseException) as raised, TestClient(app):
+        pass
+    assert "no-such-parser" in str(raised.getrepr()) and started == []
+    assert SettingsError.__name__ in str(raised.getrepr())

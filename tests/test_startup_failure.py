@@ -7,7 +7,7 @@ import pytest
 from litestar.testing import TestClient
 
 from app.asgi import create_app
-from core.settings import Settings, SettingsError
+from core.settings import RoleModel, Settings, SettingsError
 from tests.fakes import FakeEngine
 
 
@@ -15,7 +15,7 @@ def test_an_unknown_parser_name_raises_before_the_engine_starts():
     started = []
 
     @asynccontextmanager
-    async def factory(settings):
+    async def factory(settings, model):
         started.append(settings)
         yield FakeEngine()
 
@@ -29,7 +29,7 @@ def test_an_engine_that_started_is_stopped_when_the_next_one_refuses_its_setting
     events = []
 
     @asynccontextmanager
-    async def generation(settings):
+    async def generation(settings, model):
         events.append("generation started")
         try:
             yield FakeEngine()
@@ -37,12 +37,12 @@ def test_an_engine_that_started_is_stopped_when_the_next_one_refuses_its_setting
             events.append("generation stopped")
 
     @asynccontextmanager
-    async def embedding(settings):
+    async def embedding(settings, model):
         raise SettingsError("CHOIR_EMBEDDING_ENGINE_ARGS: unrecognized arguments: --nope")
         yield
 
-    app = create_app(Settings(served_model_name="fake-model", embedding_model="/models/e"),
-                     engine_factory=generation, embedding_factory=embedding)
+    app = create_app(Settings(served_model_name="fake-model", pooling=(RoleModel("embed", "/models/e"),)),
+                     engine_factory=generation, factories={"embed": embedding})
     with pytest.raises(Exception) as raised, TestClient(app):
         pass
     assert "--nope" in str(_settings_error(raised.value))
@@ -53,7 +53,7 @@ def test_an_engine_that_started_is_stopped_when_the_next_one_refuses_its_setting
 
 def test_other_start_up_failures_keep_their_traceback():
     @asynccontextmanager
-    async def broken(settings):
+    async def broken(settings, model):
         raise RuntimeError("not a setting")
         yield
 

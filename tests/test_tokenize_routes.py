@@ -65,13 +65,13 @@ def test_an_embedding_models_name_tokenizes_with_the_embedding_engine():
     from litestar.testing import TestClient
 
     from app.asgi import create_app
-    from core.settings import Settings
-    from tests.fakes import FakeEmbeddingEngine, FakeEngine, fake_engine_factory
+    from core.settings import RoleModel, Settings
+    from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
-    embedding = FakeEmbeddingEngine(max_model_len=32)
-    app = create_app(Settings(served_model_name="fake-model", embedding_model="/models/fake-embed"),
+    embedding = FakePoolingEngine(max_model_len=32)
+    app = create_app(Settings(served_model_name="fake-model", pooling=(RoleModel("embed", "/models/fake-embed"),)),
                      engine_factory=fake_engine_factory(FakeEngine()),
-                     embedding_factory=fake_engine_factory(embedding))
+                     factories={"embed": fake_engine_factory(embedding)})
     with TestClient(app) as client:
         text = client.post("/tokenize", json={"model": "fake-embed", "prompt": "hi"}).json()
         chat = client.post("/tokenize", json={"model": "fake-embed", "messages": MESSAGES}).json()

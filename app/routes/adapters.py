@@ -27,8 +27,7 @@ def _admitted(request: Request, pipeline: Pipeline, data: Any, wire_type: type[T
 async def load_lora_adapter(data: SkipValidation[LoadLoraAdapterRequest], request: Request,
                             pipeline: PipelineDependency) -> Response:
     body = _admitted(request, pipeline, data, LoadLoraAdapterRequest)
-    embedding = pipeline.embedding
-    if embedding is not None and body.lora_name in embedding.served_model_names:
+    if pipeline.engines.role_of(body.lora_name) not in (None, "generate"):  # a pooling model's name
         raise bad_request(f"The model name `{body.lora_name}` is taken: choose another name for the adapter.",
                           "lora_name")
     try:

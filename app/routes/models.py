@@ -1,5 +1,5 @@
 """GET /v1/models and /v1/models/{model}: every name the server answers to. The generation model's
-names (aliases), its LoRA adapters (`parent` = the base), and the embedding model's names."""
+names (aliases), its LoRA adapters (`parent` = the base), and each pooling role's model names."""
 
 from pathlib import Path
 
@@ -8,37 +8,35 @@ from litestar import Request
 from app.request_ids import now
 from core.errors import APIError
 from core.protocol.models import ModelCard, ModelList
-from plugins.engine.config import EmbeddingEngineDependency, EngineDependency
-from plugins.engine.protocol import EmbeddingEngine, Engine
+from plugins.engine.config import EnginesDependency
+from plugins.engine.roles import Engines
 from plugins.spec import operation, operation_compat
 
 
-def _cards(request: Request, engine: Engine, embedding: EmbeddingEngine | None, created: int) -> list[ModelCard]:
-    """A served name's `root` is the model's path, or the name itself (the profile's `model_root`); an
-    adapter's is its path."""
+def _cards(request: Request, engines: Engines, created: int) -> list[ModelCard]:
+    """Every role's names, generation's first. A served name's `root` is the model's path, or the name itself
+    (the profile's `model_root`); an adapter's is its path."""
     by_name = operation_compat(request).rules.model_root == "served_name"
-    cards = [ModelCard(id=name, created=created, owned_by="choir", root=name if by_name else engine.model_root,
-                       max_model_len=engine.max_model_len) for name in engine.served_model_names]
-    cards += [ModelCard(id=name, created=created, owned_by="choir", root=path, parent=engine.adapter_parent(name),
-                        max_model_len=engine.max_model_len) for name, path in engine.adapters.items()]
-    if embedding is not None:
-        cards += [ModelCard(id=name, created=created, owned_by="choir",
-                            root=name if by_name else embedding.model_root, max_model_len=embedding.max_model_len)
-                  for name in embedding.served_model_names]
+    cards = []
+    for role, engine in engines:
+        cards += [ModelCard(id=name, created=created, owned_by="choir", root=name if by_name else engine.model_root,
+                            max_model_len=engine.max_model_len) for name in engine.served_model_names]
+        if role == "generate":
+            cards += [ModelCard(id=name, created=created, owned_by="choir", root=path,
+                                parent=engine.adapter_parent(name), max_model_len=engine.max_model_len)
+                      for name, path in engine.adapters.items()]
     return cards
 
 
 @operation("listModels")
-async def list_models(request: Request, engine: EngineDependency,
-                      embedding_engine: EmbeddingEngineDependency) -> ModelList:
-    return ModelList(data=_cards(request, engine, embedding_engine, now()))
+async def list_models(request: Request, engines: EnginesDependency) -> ModelList:
+    return ModelList(data=_cards(request, engines, now()))
 
 
 @operation("retrieveModel")
-async def retrieve_model(model: Path, request: Request, engine: EngineDependency,
-                         embedding_engine: EmbeddingEngineDependency) -> ModelCard:
+async def retrieve_model(model: Path, request: Request, engines: EnginesDependency) -> ModelCard:
     name = str(model).lstrip("/")  # a `path` parameter (model ids may contain slashes)
-    cards = _cards(request, engine, embedding_engine, now())
+    cards = _cards(request, engines, now())
     for card in cards:
         if card.id == name:
             return card

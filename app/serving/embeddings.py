@@ -7,24 +7,22 @@ import base64
 import struct
 import sys
 
-from app.serving.models import embedding_model
+from app.serving.models import pooling_model
 from app.serving.prompts import completion_prompts
 from app.serving.unserved import EMBEDDING_UNSERVED, refuse_unserved
 from core.errors import bad_request
 from core.protocol.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
-from plugins.engine.protocol import EmbeddingEngine, Prompt, RenderOptions
+from plugins.engine.protocol import PoolingEngine, Prompt, RenderOptions
 from plugins.pipeline import Pipeline
 
 
 async def plan_embeddings(pipeline: Pipeline, request: EmbeddingRequest) -> tuple[str, list[Prompt]]:
     """The model to report and the rendered inputs, checked before any reaches the engine."""
-    model = embedding_model(pipeline, request.model)
+    model, engine = pooling_model(pipeline, "embed", request.model)
     if request.embed_dtype not in _PACKED:
         raise bad_request(f"embed_dtype {request.embed_dtype} is not served: send float32, float16 or bfloat16.",
                           "embed_dtype")
     refuse_unserved(request, EMBEDDING_UNSERVED)
-    engine = pipeline.embedding
-    assert engine is not None  # embedding_model refused the request otherwise
     inputs = completion_prompts(request.input, "input")
     pipeline.fan_out.check_prompts(len(inputs), 1, "input")
     _check_dimensions(engine, model, request.dimensions)
@@ -45,7 +43,7 @@ async def plan_embeddings(pipeline: Pipeline, request: EmbeddingRequest) -> tupl
     return model, prompts
 
 
-def _check_dimensions(engine: EmbeddingEngine, model: str, dimensions: int | None) -> None:
+def _check_dimensions(engine: PoolingEngine, model: str, dimensions: int | None) -> None:
     if dimensions is None:
         return
     sizes = engine.matryoshka_dimensions
@@ -59,8 +57,7 @@ def _check_dimensions(engine: EmbeddingEngine, model: str, dimensions: int | Non
 
 async def embed(pipeline: Pipeline, request: EmbeddingRequest, model: str, prompts: list[Prompt],
                 response_id: str) -> EmbeddingResponse:
-    engine = pipeline.embedding
-    assert engine is not None
+    engine = pipeline.engines.by_role["embed"]  # plan_embeddings found it
 
     async def one(index: int, prompt: Prompt) -> list[float]:
         request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"

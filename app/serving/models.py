@@ -1,11 +1,13 @@
-"""Which model a request names, across the server's engines: the generation engine's names (aliases)
-and LoRA adapters, and the embedding engine's names. A name served by the other kind of engine gets a
-400 saying where it is served; a name nobody serves, the compat profile's `unknown_model` answer."""
+"""Which model a request names, across the server's engines (plugins/engine/roles.py): the generation
+engine's names (aliases) and LoRA adapters, and each pooling role's names. A name another role serves gets
+a 400 saying where it is served; a name nobody serves, the compat profile's `unknown_model` answer."""
 
 from dataclasses import dataclass
 
 from core.errors import APIError, bad_request
-from plugins.engine.protocol import Tokenizing
+from core.settings import pooling_variable
+from plugins.engine.protocol import PoolingEngine, Tokenizing
+from plugins.engine.roles import ROLES
 from plugins.pipeline import Pipeline
 
 
@@ -33,31 +35,35 @@ def generation_model(pipeline: Pipeline, requested: str | None, lora_path: str |
                               f"{', '.join(adapters) or 'none'}.", "lora_path" if base == requested else "model")
         pipeline.compat.check_model(base, engine.served_model_names)
         return ModelChoice(requested or engine.served_model_names[0], adapter=lora_path)
-    embedding = pipeline.embedding
-    if requested is not None and embedding is not None and requested in embedding.served_model_names:
-        raise bad_request(f"`{requested}` is an embedding model: POST /v1/embeddings serves it. This endpoint "
-                          f"serves {', '.join((*engine.served_model_names, *adapters))}.", "model")
+    _served_by_another_role(pipeline, requested, "generate")
     pipeline.compat.check_model(requested, (*engine.served_model_names, *adapters))
     return ModelChoice(requested or engine.served_model_names[0])
 
 
-def embedding_model(pipeline: Pipeline, requested: str | None) -> str:
-    embedding, engine = pipeline.embedding, pipeline.engine
-    if embedding is None:
-        raise APIError(404, "This server serves no embedding model: start it with CHOIR_EMBEDDING_MODEL set.",
-                       "model")
-    if requested is not None and (requested in engine.served_model_names or requested in engine.adapters):
-        raise bad_request(f"`{requested}` is a generation model: /v1/embeddings serves "
-                          f"{', '.join(embedding.served_model_names)}.", "model")
-    pipeline.compat.check_model(requested, embedding.served_model_names)
-    return requested or embedding.served_model_names[0]
+def pooling_model(pipeline: Pipeline, role: str, requested: str | None) -> tuple[str, PoolingEngine]:
+    """The model to report, and the role's engine."""
+    engine = pipeline.engines.pooling(role)
+    if engine is None:
+        raise APIError(404, f"This server serves no model that {ROLES[role].does}: start it with "
+                            f"{pooling_variable(role)} set.", "model")
+    _served_by_another_role(pipeline, requested, role)
+    pipeline.compat.check_model(requested, engine.served_model_names)
+    return requested or engine.served_model_names[0], engine
 
 
 def tokenizing_engine(pipeline: Pipeline, requested: str | None) -> Tokenizing:
-    """/tokenize and /detokenize serve every model: an embedding model's name means its engine's tokenizer,
-    an adapter's means its base model's."""
-    embedding = pipeline.embedding
-    if requested is not None and embedding is not None and requested in embedding.served_model_names:
-        return embedding
+    """/tokenize and /detokenize serve every model: a pooling model's name means its engine's tokenizer, an
+    adapter's its base model's."""
+    role = pipeline.engines.role_of(requested) if requested is not None else None
+    if role is not None and role != "generate":
+        return pipeline.engines.by_role[role]
     generation_model(pipeline, requested)
     return pipeline.engine
+
+
+def _served_by_another_role(pipeline: Pipeline, requested: str | None, role: str) -> None:
+    other = pipeline.engines.role_of(requested) if requested is not None else None
+    if other is not None and other != role:
+        names = ", ".join(pipeline.engines.names(role))
+        raise bad_request(f"`{requested}` is a model that {ROLES[other].does}: {ROLES[other].endpoints} serves it. "
+                          f"This endpoint serves {names}.", "model")

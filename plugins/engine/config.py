@@ -1,10 +1,10 @@
-"""The engine plugin's config: it owns the engine's lifespan, its state key and its provider."""
+"""The engine plugin's config: it owns the engines' lifespan, their state keys and their providers."""
 
 import asyncio
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,25 +15,13 @@ from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
 from core.settings import Settings
-from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, EmbeddingEngine, Engine
+from plugins.engine.protocol import RUNTIME_LORA_STATE_KEY, Engine
+from plugins.engine.roles import ROLES, EngineFactory, Engines
 
-EngineFactory = Callable[[Settings], AbstractAsyncContextManager[Any]]
 # How handlers ask for the engines: injected by name, and not validated (a Protocol cannot be).
 EngineDependency = NamedDependency[SkipValidation[Engine]]
-EmbeddingEngineDependency = NamedDependency[SkipValidation[EmbeddingEngine | None]]  # None: no embedding model
+EnginesDependency = NamedDependency[SkipValidation[Engines]]
 log = structlog.get_logger("choir.engine")
-
-
-def _vllm_engine(settings: Settings) -> AbstractAsyncContextManager[Any]:
-    from plugins.engine.vllm_engine import start_vllm_engine  # lazy: vLLM imports torch
-
-    return start_vllm_engine(settings)
-
-
-def _vllm_embedding_engine(settings: Settings) -> AbstractAsyncContextManager[Any]:
-    from plugins.engine.vllm_engine import start_vllm_embedding_engine
-
-    return start_vllm_embedding_engine(settings)
 
 
 class ShutdownDrain:
@@ -82,38 +70,42 @@ class ShutdownDrain:
 
 @dataclass
 class EngineConfig:
-    """The engines' lifecycles: the generation engine, and the embedding engine when
-    CHOIR_EMBEDDING_MODEL names a model. Both start in the lifespan and stop at its end."""
+    """The engines' lifecycle, one for every role (plugins/engine/roles.py): each configured role's engine
+    starts in the lifespan, in the order of `Settings.models` (generation first), and all stop at its end.
+    It owns the app-state keys the engines and what is built from them live under; the plugins that read
+    them take this config."""
 
     settings: Settings = field(default_factory=Settings)
-    factory: EngineFactory = _vllm_engine  # tests swap in a fake engine here
-    embedding_factory: EngineFactory = _vllm_embedding_engine
-    state_key: str = "engine"
-    embedding_state_key: str = "embedding_engine"
+    factories: dict[str, EngineFactory] = field(default_factory=dict)  # role → its start; tests swap in fakes
+    state_key: str = "engines"  # Engines: every role's engine
+    engine_state_key: str = "engine"  # the generation engine alone (the hot path reads it)
+    parsers_state_key: str = "parsers"  # the serving side's reasoning and tool parsers (app/parsers_plugin.py)
+    runtime_lora_state_key: str = RUNTIME_LORA_STATE_KEY  # whether adapters may be loaded at run time
     dependency_key: str = "engine"
-    embedding_dependency_key: str = "embedding_engine"
+    engines_dependency_key: str = "engines"
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        async with AsyncExitStack() as engines:  # a SettingsError stops what did start (one line: app/asgi.py)
-            engine = await engines.enter_async_context(self.factory(self.settings))
-            embedding = None
-            if self.settings.embedding_model is not None:
-                embedding = await engines.enter_async_context(self.embedding_factory(self.settings))
-            app.state[self.state_key] = engine
-            app.state[self.embedding_state_key] = embedding
-            app.state[RUNTIME_LORA_STATE_KEY] = self.settings.allow_runtime_lora
-            drain = ShutdownDrain([e for e in (engine, embedding) if e is not None], self.settings.drain_seconds)
+        async with AsyncExitStack() as started:  # a SettingsError stops what did start (one line: app/asgi.py)
+            by_role = {}
+            for model in self.settings.models:
+                start = self.factories.get(model.role, ROLES[model.role].start)
+                by_role[model.role] = await started.enter_async_context(start(self.settings, model))
+            engines = Engines(by_role)
+            app.state[self.state_key] = engines
+            app.state[self.engine_state_key] = engines.generate
+            app.state[self.runtime_lora_state_key] = self.settings.allow_runtime_lora
+            drain = ShutdownDrain(list(by_role.values()), self.settings.drain_seconds)
             drain.install()
             try:
                 yield
             finally:
                 drain.uninstall()
                 app.state.pop(self.state_key, None)
-                app.state.pop(self.embedding_state_key, None)
+                app.state.pop(self.engine_state_key, None)
 
     def provide_engine(self, state: State) -> Engine:
-        return state[self.state_key]
+        return state[self.engine_state_key]
 
-    def provide_embedding_engine(self, state: State) -> EmbeddingEngine | None:
-        return state.get(self.embedding_state_key)
+    def provide_engines(self, state: State) -> Engines:
+        return state[self.state_key]

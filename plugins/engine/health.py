@@ -4,21 +4,19 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
 from core.errors import APIError
-from plugins.engine.config import EmbeddingEngineDependency, EngineDependency
+from plugins.engine.config import EngineDependency, EnginesDependency
+from plugins.engine.roles import ROLES
 from plugins.spec import operation
 
 
 @operation("health")
-async def health(engine: EngineDependency, embedding_engine: EmbeddingEngineDependency) -> dict[str, str | int]:
-    """Both engines: a dead embedding engine makes the server unhealthy too (a restart brings both back)."""
-    if not engine.is_alive:
-        raise APIError(503, "The engine is dead; the server cannot generate until it is restarted.")
-    if embedding_engine is not None and not embedding_engine.is_alive:
-        raise APIError(503, "The embedding engine is dead; the server cannot embed until it is restarted.")
-    unfinished = engine.num_unfinished_requests()
-    if embedding_engine is not None:
-        unfinished += embedding_engine.num_unfinished_requests()
-    return {"status": "ok", "unfinished_requests": unfinished}
+async def health(engines: EnginesDependency) -> dict[str, str | int]:
+    """Every role's engine: a dead one makes the server unhealthy (a restart brings them all back)."""
+    for role, engine in engines:
+        if not engine.is_alive:
+            raise APIError(503, f"The {role} engine is dead: the server cannot serve {ROLES[role].endpoints} "
+                                "until it is restarted.")
+    return {"status": "ok", "unfinished_requests": engines.unfinished_requests()}
 
 
 @operation("version")

@@ -1,4 +1,4 @@
-"""EnginePlugin: wires the engine's lifespan, dependency and health routes into the app."""
+"""EnginePlugin: wires the engines' lifespan, dependencies and health routes into the app."""
 
 from litestar.config.app import AppConfig
 from litestar.di import Provide
@@ -17,7 +17,7 @@ class EnginePlugin(InitPlugin):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.lifespan.append(self.config.lifespan)
         app_config.dependencies[self.config.dependency_key] = Provide(self.config.provide_engine, sync_to_thread=False)
-        app_config.dependencies[self.config.embedding_dependency_key] = Provide(
-            self.config.provide_embedding_engine, sync_to_thread=False)
+        app_config.dependencies[self.config.engines_dependency_key] = Provide(self.config.provide_engines,
+                                                                              sync_to_thread=False)
         app_config.route_handlers.extend(HEALTH_HANDLERS)
         return app_config

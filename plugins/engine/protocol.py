@@ -113,18 +113,26 @@ class Engine(Tokenizing, Protocol):
     def num_unfinished_requests(self) -> int: ...
 
 
-class EmbeddingEngine(Tokenizing, Protocol):
-    """A pooling engine: one vector per prompt (POST /v1/embeddings)."""
+class PoolingEngine(Tokenizing, Protocol):
+    """A pooling role's engine (embed, rerank, classify: plugins/engine/roles.py)."""
 
+    role: str
     model_root: str
-    embedding_size: int
+    embedding_size: int  # embed: a vector's values
     matryoshka_dimensions: tuple[int, ...] | None  # () : any size up to embedding_size; None: only that
+    labels: tuple[str | None, ...]  # rerank, classify: each label's name (its index is its class); () for embed
 
     @property
     def is_alive(self) -> bool: ...
 
     async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
                     normalize: bool | None = None) -> list[float]: ...
+
+    async def classify(self, prompt: Prompt, request_id: str, activation: bool | None = None) -> list[float]: ...
+
+    async def render_pair(self, first: str, second: str) -> Prompt:
+        """A query and a document as one prompt for a cross-encoder."""
+        ...
 
     async def abort_all(self) -> int: ...
 

@@ -32,7 +32,8 @@ def direct_engine():
     import threading
 
     from core.settings import Settings
-    from plugins.engine.vllm_engine import ENGINE_ENVIRONMENT, parse_engine_args
+    from plugins.engine.vllm_args import parse_engine_args
+    from plugins.engine.vllm_start import ENGINE_ENVIRONMENT
 
     for key, value in ENGINE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
