@@ -20,6 +20,7 @@ from core.errors import APIError, EngineDead, EngineRejected, bad_request
 log = structlog.get_logger("choir.errors")
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
+_MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
 
 
 def error_for(exc: BaseException, request_id: str | None = None) -> APIError:
@@ -54,6 +55,9 @@ def _field_error(message: str, key: str | None) -> APIError:
     if match:  # msgspec names the field as a JSON path: `$.messages[0].role`, `$.logit_bias[...]` (a value)
         key = match["path"].replace("[...]", "").lstrip(".") or None
         message = message[: match.start()]
+    missing = _MISSING_FIELD.match(message)
+    if missing:  # the field that is missing, where it is missing
+        key = f"{key}.{missing['field']}" if key else missing["field"]
     text = f"Invalid request: {message}" + (f" (field `{key}`)." if key else ".")
     return bad_request(text, key)
 

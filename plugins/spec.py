@@ -30,11 +30,12 @@ _MARK = "__choir_operation__"
 _PATH_TYPES = {"string": "str", "integer": "int", "number": "float"}
 
 
-def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a handler function as the implementation of a spec operation."""
+def operation(*operation_ids: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a handler function as the implementation of a spec operation, or of several (one endpoint under
+    several paths, each an operation of its own: /rerank, /v1/rerank, /v2/rerank)."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _MARK, operation_id)
+        setattr(fn, _MARK, operation_ids)
         return fn
 
     return mark
@@ -132,21 +133,21 @@ class SpecPlugin(InitPlugin):
         bound: list[Any] = []
         seen: set[str] = set()
         for handler in app_config.route_handlers:
-            operation_id = getattr(handler, _MARK, None)
-            if operation_id is None:
+            operation_ids = getattr(handler, _MARK, None)
+            if operation_ids is None:
                 if _outside_schema(handler):
                     bound.append(handler)  # e.g. the docs UI's static assets
                     continue
                 raise ImproperlyConfiguredException(
                     f"Route handler {handler!r} is not bound to a spec operation: mark it with @operation(...).")
-            if operation_id not in operations:
-                raise ImproperlyConfiguredException(
-                    f"Handler {getattr(handler, '__qualname__', handler)!r} implements operation {operation_id!r}, "
-                    f"which "
-                    f"{self.config.spec_dir / 'openapi.yaml'} does not declare.")
-            seen.add(operation_id)
-            op = operations[operation_id]
-            bound.append(self._route(op, cast(Callable[..., Any], handler), rules[operation_id]))
+            for operation_id in operation_ids:
+                if operation_id not in operations:
+                    raise ImproperlyConfiguredException(
+                        f"Handler {getattr(handler, '__qualname__', handler)!r} implements operation "
+                        f"{operation_id!r}, which {self.config.spec_dir / 'openapi.yaml'} does not declare.")
+                seen.add(operation_id)
+                op = operations[operation_id]
+                bound.append(self._route(op, cast(Callable[..., Any], handler), rules[operation_id]))
         missing = sorted(set(operations) - seen)
         if missing:
             raise ImproperlyConfiguredException(

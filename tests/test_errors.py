@@ -79,7 +79,7 @@ def test_missing_field_names_it(client):
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages[0].content[0]"),
     ({"messages": [{"role": "user", "content": [{"type": "audio", "audio": {}}]}]}, "messages[0].content[0].type"),
-    ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "messages[0].content[0].type"),
     ({"messages": MESSAGES, "tools": TOOLS}, "tool_choice"),  # auto, and no tool parser configured
     ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "auto"}, "tool_choice"),
     ({"messages": MESSAGES, "tool_choice": "required"}, "tool_choice"),

@@ -7,6 +7,7 @@ import pytest
 
 from core.errors import EngineRejected
 from plugins.engine.protocol import NO_OPTIONS
+from plugins.engine.roles import Engines
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -170,7 +171,7 @@ async def test_closing_the_stream_early_aborts_every_child(n):
 
     engine = FakeEngine(script=lambda prompt, params: ["tok"] * 50, delay=0.01, max_model_len=200)
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=n, stream=True)
-    pipeline = Pipeline(OperationCompat(), FanOut(), engine, Aggregator(engine))
+    pipeline = Pipeline(OperationCompat(), FanOut(), engine, Aggregator(engine), Engines({"generate": engine}))
     job = await plan_chat(pipeline, msgspec_convert(request), "chatcmpl-x", 0)
     events = stream_chat(Aggregator(engine), job, TokenCounts())
     for _ in range(3):

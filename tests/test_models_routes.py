@@ -78,7 +78,7 @@ def test_runtime_adapters_load_serve_and_unload(models):
     ("/v1/load_lora_adapter", {"lora_name": "base", "lora_path": "/adapters/x"}, 400, "lora_name"),
     ("/v1/load_lora_adapter", {"lora_name": "fake-embed", "lora_path": "/adapters/x"}, 400, "lora_name"),
     ("/v1/load_lora_adapter", {"lora_name": "", "lora_path": "/adapters/x"}, 400, "lora_name"),
-    ("/v1/load_lora_adapter", {"lora_name": "x"}, 400, None),
+    ("/v1/load_lora_adapter", {"lora_name": "x"}, 400, "lora_path"),
     ("/v1/unload_lora_adapter", {"lora_name": "never-loaded"}, 404, "lora_name"),
 ])
 def test_adapter_errors(models, path, body, status, param):

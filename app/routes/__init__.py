@@ -6,9 +6,11 @@ from app.routes.completions import create_completion
 from app.routes.embeddings import create_embedding
 from app.routes.invocations import invocations
 from app.routes.models import list_models, retrieve_model
+from app.routes.pooling import create_classification, create_rerank, create_score
 from app.routes.responses import create_response
 from app.routes.tokenize import create_text, create_tokens
 
 ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion,
                   create_batch_chat_completion, create_response, create_embedding, create_tokens, create_text,
-                  load_lora_adapter, unload_lora_adapter, invocations]
+                  create_rerank, create_score, create_classification, load_lora_adapter, unload_lora_adapter,
+                  invocations]

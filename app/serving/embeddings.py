@@ -2,12 +2,12 @@
 as floats or as base64 of their bytes: float32 (what the OpenAI SDK asks for by default), float16 or
 bfloat16 (vLLM's `embed_dtype`), in the byte order `endianness` asks for."""
 
-import asyncio
 import base64
 import struct
 import sys
 
 from app.serving.models import pooling_model
+from app.serving.pooling import check_fits, run_all, usage_tokens
 from app.serving.prompts import completion_prompts
 from app.serving.unserved import EMBEDDING_UNSERVED, refuse_unserved
 from core.errors import bad_request
@@ -34,12 +34,8 @@ async def plan_embeddings(pipeline: Pipeline, request: EmbeddingRequest) -> tupl
         add_special_tokens=request.add_special_tokens, truncate_prompt_tokens=keep,
         truncation_side=request.truncation_side))
     for index, prompt in enumerate(prompts):
-        where = "input" if len(prompts) == 1 else f"input[{index}]"
-        if not prompt.token_ids:
-            raise bad_request(f"{where} has no tokens to embed.", where)
-        if len(prompt.token_ids) > engine.max_model_len:
-            raise bad_request(f"This model's maximum context length is {engine.max_model_len} tokens, but {where} "
-                              f"has {len(prompt.token_ids)} tokens. Shorten it, or set truncate_prompt_tokens.", where)
+        check_fits(engine, prompt, "input" if len(prompts) == 1 else f"input[{index}]",
+                   "Shorten it, or set truncate_prompt_tokens.")
     return model, prompts
 
 
@@ -59,21 +55,12 @@ async def embed(pipeline: Pipeline, request: EmbeddingRequest, model: str, promp
                 response_id: str) -> EmbeddingResponse:
     engine = pipeline.engines.by_role["embed"]  # plan_embeddings found it
 
-    async def one(index: int, prompt: Prompt) -> list[float]:
-        request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
+    async def one(prompt: Prompt, request_id: str) -> list[float]:
         return await engine.embed(prompt, request_id, request.dimensions, request.use_activation)
 
-    if len(prompts) == 1:
-        vectors = [await one(0, prompts[0])]
-    else:
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i, prompt)) for i, prompt in enumerate(prompts)]
-        except BaseExceptionGroup as failed:  # the first failure is the one to report
-            raise failed.exceptions[0] from None
-        vectors = [task.result() for task in tasks]
+    vectors = await run_all(prompts, response_id, one)
     data = [Embedding(embedding=_encoded(vector, request), index=i) for i, vector in enumerate(vectors)]
-    tokens = sum(len(prompt.token_ids) for prompt in prompts)
+    tokens = usage_tokens(prompts)
     return EmbeddingResponse(data=data, model=model, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))
 
 

@@ -19,13 +19,22 @@ from core.protocol.common import ErrorResponse
 from core.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
 from core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from core.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
+from core.protocol.pooling import (
+    ClassificationRequest,
+    ClassificationResponse,
+    RerankRequest,
+    RerankResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
 from core.protocol.responses import Response, ResponseEvent, ResponsesRequest
 from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
               ChatCompletionChunk, BatchChatCompletionRequest, ModelList, ErrorResponse, ResponsesRequest, Response,
               ResponseEvent, TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest,
-              EmbeddingResponse, LoadLoraAdapterRequest, UnloadLoraAdapterRequest]
+              EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest, ScoreResponse, ClassificationRequest,
+              ClassificationResponse, LoadLoraAdapterRequest, UnloadLoraAdapterRequest]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 
