@@ -75,12 +75,12 @@ class RoleModel:
 
     @property
     def is_bundled(self) -> bool:
-        return Path(self.model).resolve() == _bundled_dir(self.role)
+        return Path(self.model).resolve() == bundled_model_dir(self.role)
 
     @property
     def served_model_names(self) -> tuple[str, ...]:
         """One name or several (aliases), comma-separated; the first is reported."""
-        names = self.name or (_bundled_dir(self.role).name if self.is_bundled else self.model)
+        names = self.name or (bundled_model_dir(self.role).name if self.is_bundled else self.model)
         return tuple(name.strip() for name in names.split(",") if name.strip())
 
     @property
@@ -101,7 +101,8 @@ def _pooling_role(name: str) -> PoolingRole:
     return next(role for role in POOLING_ROLES if role.role == name)
 
 
-def _bundled_dir(role: str) -> Path:
+def bundled_model_dir(role: str) -> Path:
+    """Where `make install` builds the tiny model of this role."""
     return BUNDLED_MODEL_DIR if role == "generate" else _pooling_role(role).bundled_dir
 
 

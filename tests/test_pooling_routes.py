@@ -69,6 +69,16 @@ def test_rerank_top_n_document_objects_and_no_documents(served):
     assert len(client.post("/rerank", json={"query": "q", "documents": DOCS, "top_n": 10}).json()["results"]) == 4
 
 
+def test_max_tokens_per_doc_cuts_each_document_before_pairing(served):
+    client, engines = served
+    body = client.post("/rerank", json={"query": "q", "documents": ["abcdef", "ab"], "max_tokens_per_doc": 3}).json()
+    assert {r["index"]: r["document"]["text"] for r in body["results"]} == {0: "abcdef", 1: "ab"}  # as sent
+    pairs = sorted(prompt.token_ids for prompt, _ in engines["rerank"].classified[-2:])
+    assert pairs == sorted([[*encode("q"), 0, *encode("abc")], [*encode("q"), 0, *encode("ab")]])
+    assert client.post("/rerank", json={"query": "q", "documents": ["a"], "max_tokens_per_doc": 0}).json()[
+        "error"]["param"] == "max_tokens_per_doc"
+
+
 def test_use_activation_false_gives_the_logit(served):
     client, _ = served
     raw = client.post("/score", json={"text_1": "q", "text_2": "bbbb", "use_activation": False}).json()

@@ -17,7 +17,7 @@ from core.protocol.pooling import (
     ScoreRequest,
     ScoreResponse,
 )
-from plugins.engine.protocol import PoolingEngine, Prompt
+from plugins.engine.protocol import PoolingEngine, Prompt, RenderOptions
 from plugins.pipeline import Pipeline
 
 
@@ -29,6 +29,8 @@ async def rerank(pipeline: Pipeline, request: RerankRequest, response_id: str) -
     pipeline.fan_out.check_prompts(len(request.documents), 1, "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in request.documents]
     pairs = [(request.query, text) for text in texts]
+    if request.max_tokens_per_doc is not None:
+        pairs = [(request.query, await _cut(engine, text, request.max_tokens_per_doc)) for text in texts]
     prompts = await _pair_prompts(engine, pairs, [f"documents[{i}]" for i in range(len(texts))])
     scores = await _scores(engine, prompts, response_id, request.use_activation)
     ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)[:request.top_n]
@@ -61,6 +63,14 @@ async def score(pipeline: Pipeline, request: ScoreRequest, response_id: str) -> 
     return ScoreResponse(id=response_id, created=now(), model=model,
                          data=[ScoreData(index=i, score=value) for i, value in enumerate(scores)],
                          usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens))
+
+
+async def _cut(engine: PoolingEngine, text: str, tokens: int) -> str:
+    """The text's first `tokens` tokens, as text (vLLM cuts a document so before pairing it with the query)."""
+    [prompt] = await engine.render_completion([text], RenderOptions(add_special_tokens=False,
+                                                                    truncate_prompt_tokens=tokens,
+                                                                    truncation_side="right"))
+    return text if len(prompt.token_ids) < tokens else engine.detokenize(prompt.token_ids)
 
 
 async def _pair_prompts(engine: PoolingEngine, pairs: list[tuple[str, str]], where: list[str]) -> list[Prompt]:

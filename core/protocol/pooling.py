@@ -21,6 +21,7 @@ class RerankRequest(msgspec.Struct, kw_only=True):
     documents: list[str | RerankDocument]
     top_n: Annotated[int, Meta(ge=1)] | None = None  # the best n results; None: every document
     return_documents: bool = True  # each result's `document` (vLLM always returns it; Cohere's SDK may ask not to)
+    max_tokens_per_doc: Annotated[int, Meta(ge=1)] | None = None  # Cohere's and vLLM's: each document cut to this
     use_activation: bool | None = None  # vLLM's: false gives the raw logit, not the sigmoid's relevance
     request_id: RequestId | None = None
     priority: int = 0  # vLLM's: served on generation only (a non-zero value is a 400 here)

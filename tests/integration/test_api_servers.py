@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
+from core.settings import BUNDLED_LORA_DIR, bundled_model_dir
 from tests.integration.server import Server, Streams, start_server
 from tests.integration.test_fanout import engine_gauge
 from tests.sse import sse_json
@@ -39,7 +39,7 @@ def two(tmp_path_factory) -> Server:
     """Every engine role through the same path: the embedding engine's cores are started once too, and
     each worker attaches to both; the adapter of CHOIR_LORA_MODULES is loaded by each worker."""
     server = start_server(tmp_path_factory.mktemp("two") / "server.log", {
-        **TWO, "CHOIR_EMBEDDING_MODEL": str(BUNDLED_EMBEDDING_DIR),
+        **TWO, "CHOIR_EMBEDDING_MODEL": str(bundled_model_dir("embed")),
         "CHOIR_LORA_MODULES": f"tiny-lora={BUNDLED_LORA_DIR}", "CHOIR_ENGINE_ARGS": "--max-lora-rank 8"},
         serve=True)
     yield server

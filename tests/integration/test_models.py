@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from core.settings import BUNDLED_EMBEDDING_DIR, BUNDLED_LORA_DIR
+from core.settings import BUNDLED_LORA_DIR, bundled_model_dir
 from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine
@@ -24,7 +24,7 @@ def models_server(tmp_path_factory):
     server = start_server(tmp_path_factory.mktemp("models") / "server.log", env={
         "CHOIR_SERVED_MODEL_NAME": "choir-tiny,tiny-alias", "CHOIR_LORA_MODULES": f"tiny-lora={BUNDLED_LORA_DIR}",
         "CHOIR_ENGINE_ARGS": "--max-lora-rank 8 --max-loras 1", "CHOIR_ALLOW_RUNTIME_LORA": "true",
-        "CHOIR_EMBEDDING_MODEL": str(BUNDLED_EMBEDDING_DIR)})
+        "CHOIR_EMBEDDING_MODEL": str(bundled_model_dir("embed"))})
     yield server
     server.stop()
 
