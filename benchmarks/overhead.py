@@ -35,7 +35,7 @@ def create_null_app():
     fake = fake_engine_factory(engine)
 
     @asynccontextmanager
-    async def factory(settings):
+    async def factory(settings, model=None):  # the engine factory of a role (plugins/engine/config.py)
         async with fake(settings) as started:
             gc.collect()
             gc.freeze()  # as the real engine's start-up does (plugins/engine/vllm_engine.py)

@@ -226,11 +226,13 @@ class OperationCompat:
                 temperature < GREEDY_TEMPERATURE:
             raise bad_request(f"n must be 1 when using greedy sampling, got {n}.", "n")
 
-    def system_fingerprint(self, engine_version: str, model_root: str, max_model_len: int) -> str | None:
+    def system_fingerprint(self, engine_name: str, engine_version: str, model_root: str,
+                           max_model_len: int) -> str | None:
+        """`{engine}-{version}-{digest of the model and its context length}`, e.g. vllm-0.32.0-1a2b3c4d."""
         if self.rules.system_fingerprint != "include":
             return None
         digest = hashlib.sha256(f"{model_root}|{max_model_len}".encode()).hexdigest()[:8]
-        return f"vllm-{engine_version}-{digest}"
+        return f"{engine_name}-{engine_version}-{digest}"
 
     # The shaping of chat answers: where reasoning goes, and what every delta carries.
 

@@ -16,14 +16,15 @@ from msgspec import UNSET
 
 from core.errors import stopped_by_server
 from core.protocol.common import CompletionTokensDetails, PromptTokensDetails, Usage
+from plugins.engine.outputs import EngineOutput
 from plugins.engine.protocol import Engine
 from plugins.fanout import Choice
 
 _DONE = object()
 
 
-def _check_not_aborted(output: Any) -> Any:
-    if output is not None and output.finished and any(o.finish_reason == "abort" for o in output.outputs):
+def _check_not_aborted(output: EngineOutput) -> EngineOutput:
+    if output.finished and any(o.finish_reason == "abort" for o in output.outputs):
         raise stopped_by_server()
     return output
 
@@ -34,14 +35,16 @@ class Aggregator:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _generate(self, choice: Choice) -> AsyncGenerator[Any, None]:
+    def _generate(self, choice: Choice) -> AsyncGenerator[EngineOutput, None]:
         return self.engine.generate(choice.prompt, choice.params, choice.request_id, choice.options)
 
-    async def collect(self, choices: list[Choice]) -> list[Any]:
-        async def final(choice: Choice) -> Any:
+    async def collect(self, choices: list[Choice]) -> list[EngineOutput]:
+        async def final(choice: Choice) -> EngineOutput:
             last = None
             async for output in self._generate(choice):
                 last = output
+            if last is None:  # an engine request yields its final output at least
+                raise RuntimeError(f"the engine request {choice.request_id} ended without an output")
             return _check_not_aborted(last)
 
         if len(choices) == 1:  # the common case needs no task group
@@ -53,7 +56,7 @@ class Aggregator:
             raise failed.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def merge(self, choices: list[Choice]) -> AsyncGenerator[list[tuple[Choice, Any]], None]:
+    async def merge(self, choices: list[Choice]) -> AsyncGenerator[list[tuple[Choice, EngineOutput]], None]:
         """Batches of (choice, output): what the engine has produced since the last batch, so that
         one engine step's outputs for several choices can go out together."""
         if len(choices) == 1:  # the common case needs no tasks or queue
@@ -80,7 +83,7 @@ class Aggregator:
         running = len(tasks)
         try:
             while running:
-                batch: list[tuple[Choice, Any]] = []
+                batch: list[tuple[Choice, EngineOutput]] = []
                 item = await queue.get()
                 while True:
                     source, output = item

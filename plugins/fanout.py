@@ -1,7 +1,8 @@
 """Fan-out: OpenAI `n` becomes n child engine requests, sampled exactly as vLLM's parallel sampling
 samples them (`vllm/v1/engine/parallel_sampling.py`): child i has request id `f"{i}_{parent}"` and
 seed `seed + i` (unseeded stays unseeded), every other sampling field unchanged. With n = 1 the
-request keeps its id and params, so n = 1 is untouched.
+request keeps its id and params, so n = 1 is untouched. (Unseeded children share their parent's
+`Sampling`, which is immutable; the engine's adapter gives each engine request its own copy.)
 
 Under data parallelism (several engine ranks) `placement` says where the children run: "spread", each
 where vLLM's balancer puts it (the children decode in parallel on several engines), or "pinned", all on
@@ -9,17 +10,16 @@ one rank, the ranks taken in turn (one prefill, one prefix cache). CHOIR_FANOUT_
 benchmarks/placement.py measures both.
 """
 
-import copy
 import itertools
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import msgspec
 
 from core.errors import bad_request
 from core.protocol.common import INT64_MAX
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, Prompt
+from plugins.engine.sampling import Sampling
 from plugins.metrics import FANOUT_CHILDREN
 
 
@@ -29,7 +29,7 @@ class PromptRequest:
 
     prompt_index: int
     prompt: Prompt
-    params: Any  # vllm.SamplingParams with n = 1
+    params: Sampling
     request_id: str
     options: GenerateOptions = NO_OPTIONS
 
@@ -41,7 +41,7 @@ class Choice:
     index: int  # prompt_index * n + sample index: the choice's index in the response
     prompt_index: int
     prompt: Prompt
-    params: Any
+    params: Sampling
     request_id: str
     options: GenerateOptions = NO_OPTIONS
 
@@ -87,8 +87,5 @@ class FanOut:
         ]
 
 
-def _child_params(params: Any, index: int) -> Any:
-    child = copy.copy(params)
-    if params.seed is not None:
-        child.seed = params.seed + index
-    return child
+def _child_params(params: Sampling, index: int) -> Sampling:
+    return params if params.seed is None else msgspec.structs.replace(params, seed=params.seed + index)

@@ -1,7 +1,9 @@
 """A scripted, recording engine for route-level tests: what reaches the engine, and what comes back.
 
 Tokens are characters (token id = code point + 3; 0..2 are bos/eos/pad), so prompts and
-outputs are easy to predict. Outputs are vLLM's own `RequestOutput`/`CompletionOutput` types.
+outputs are easy to predict. The generation fake takes Choir's `Sampling` through the real adapter
+(plugins/engine/vllm_sampling.py), so vLLM's checks refuse what they refuse and each `Call` records the
+SamplingParams vLLM would get; its outputs are plain dataclasses of the seam's output types.
 """
 
 import asyncio
@@ -11,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from plugins.engine.outputs import EngineOutput
 from plugins.engine.protocol import (
     CHAT_RENDER,
     COMPLETION_RENDER,
@@ -20,6 +23,9 @@ from plugins.engine.protocol import (
     Prompt,
     RenderOptions,
 )
+from plugins.engine.sampling import Sampling
+from plugins.engine.vllm_parsers import VllmParsers
+from plugins.engine.vllm_sampling import SamplingAdapter
 
 BOS = 0
 
@@ -35,9 +41,40 @@ def decode(ids: list[int]) -> str:
 @dataclass
 class Call:
     prompt: Prompt
-    params: Any
+    params: Any  # the SamplingParams vLLM would get
     request_id: str
     options: GenerateOptions = NO_OPTIONS
+    sampling: Sampling | None = None  # what the serving side sent
+
+
+@dataclass(frozen=True, slots=True)
+class Logprob:
+    logprob: float
+    rank: int | None
+    decoded_token: str | None
+
+
+@dataclass(slots=True)
+class SampleOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass(slots=True)
+class Output:
+    """One engine step's output for a request (the seam's EngineOutput)."""
+
+    request_id: str
+    prompt_token_ids: list[int] | None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None
+    outputs: list[SampleOutput]
+    finished: bool
+    num_cached_tokens: int | None = None
 
 
 @dataclass
@@ -48,6 +85,7 @@ class FakeEngine:
     served_model_names: tuple[str, ...] = ("fake-model",)
     model_root: str = "/models/fake"
     max_model_len: int = 64
+    engine_name: str = "vllm"
     version: str = "fake"
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
     priority_scheduling: bool = False
@@ -64,6 +102,7 @@ class FakeEngine:
     templates: list[ChatTemplateOptions] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
+    _adapter: SamplingAdapter | None = field(default=None, repr=False)
 
     async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         self.renders.append(options)
@@ -95,17 +134,21 @@ class FakeEngine:
     def token_pieces(self, token_ids: list[int]) -> list[str]:
         return self.token_strings(token_ids)
 
-    async def generate(self, prompt: Prompt, params: Any, request_id: str,
-                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[Any]:
-        from vllm.outputs import CompletionOutput, RequestOutput
-        from vllm.sampling_params import RequestOutputKind
+    def parsers(self, reasoning: str | None, tool: str | None) -> VllmParsers:
+        return VllmParsers.load(self.tokenizer, reasoning, tool)
 
-        self.calls.append(Call(prompt, params, request_id, options))
+    async def generate(self, prompt: Prompt, sampling: Sampling, request_id: str,
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[EngineOutput]:
+        adapter = self._adapter
+        if adapter is None or adapter.defaults is not self.default_sampling_params:  # a test may set new ones
+            adapter = self._adapter = SamplingAdapter(self.default_sampling_params)
+        params = adapter(sampling)  # EngineRejected as from VllmEngine.generate
+        self.calls.append(Call(prompt, params, request_id, options, sampling))
         if self.fail_with is not None:
             raise self.fail_with
         text = prompt.text if prompt.text is not None else decode(prompt.token_ids)
         pieces = self.script(text, params)[: params.max_tokens]
-        delta = params.output_kind == RequestOutputKind.DELTA
+        delta = sampling.stream
         # logprobs per position: the top `logprobs`, or the listed `logprob_token_ids` (here: as many)
         wanted = params.logprobs if params.logprobs is not None else (
             len(params.logprob_token_ids) if params.logprob_token_ids else None)
@@ -130,11 +173,10 @@ class FakeEngine:
                         prompt_lps = [None, *(_logprobs(t, params.prompt_logprobs) for t in prompt.token_ids[1:])]
                     # each token's logprob is -0.5 (see _logprobs); whole outputs say their sum
                     cumulative = -0.5 * len(ids) if wanted is not None and not delta else None
-                    output = CompletionOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=cumulative,
-                                              logprobs=logprobs, finish_reason=finish)
-                    yield RequestOutput(request_id=request_id, prompt=prompt.text, prompt_token_ids=prompt.token_ids,
-                                        prompt_logprobs=prompt_lps, outputs=[output], finished=last,
-                                        num_cached_tokens=self.cached_tokens)
+                    output = SampleOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=cumulative,
+                                          logprobs=logprobs, finish_reason=finish)
+                    yield Output(request_id=request_id, prompt_token_ids=prompt.token_ids, prompt_logprobs=prompt_lps,
+                                 outputs=[output], finished=last, num_cached_tokens=self.cached_tokens)
         except (asyncio.CancelledError, GeneratorExit):  # as vLLM's generate: leaving early aborts
             self.aborted.append(request_id)
             raise
@@ -246,9 +288,7 @@ def _truncated(ids: list[int], options: RenderOptions) -> list[int]:
     return ids[-keep:] if options.truncation_side == "left" else ids[:keep]
 
 
-def _logprobs(token_id: int, k: int) -> dict[int, Any]:
-    from vllm.logprobs import Logprob
-
+def _logprobs(token_id: int, k: int) -> dict[int, Logprob]:
     entries = {token_id: Logprob(logprob=-0.5, rank=1, decoded_token=decode([token_id]))}
     for j in range(1, k):
         entries[3 + j] = Logprob(logprob=-1.0 - j, rank=j + 1, decoded_token=decode([3 + j]))

@@ -107,7 +107,7 @@ def test_each_kind_of_rule():
     with pytest.raises(APIError) as unknown:
         compat.check_body({"messages": [], "frobnicate": 1}, ChatCompletionRequest)
     assert unknown.value.param == "frobnicate"
-    assert compat.system_fingerprint("0.32.0", "/m", 2048).startswith("vllm-0.32.0-")
+    assert compat.system_fingerprint("vllm", "0.32.0", "/m", 2048).startswith("vllm-0.32.0-")
     delta = compat.delta({"role": "assistant"}, content="hi", reasoning="why")
     assert (delta.role, delta.content, delta.reasoning, delta.reasoning_content) == ("assistant", "hi", "why", None)
     message = compat.message("answer", [], "thought", reads_reasoning=True)
@@ -119,7 +119,7 @@ def test_no_rules_apply_nothing():
     compat.check_model("x", ())
     compat.check_n(4, 0.0)
     compat.check_body({"frobnicate": 1}, ChatCompletionRequest)
-    assert compat.system_fingerprint("v", "/m", 1) is None and compat.delta({}).content is msgspec_unset()
+    assert compat.system_fingerprint("vllm", "v", "/m", 1) is None and compat.delta({}).content is msgspec_unset()
 
 
 def msgspec_unset():

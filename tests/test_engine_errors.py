@@ -54,16 +54,17 @@ def test_reraise_keeps_the_cause():
 
 def test_sampling_params_a_bug_cannot_become_a_400(monkeypatch):
     """Only the call into vLLM is guarded: Choir's own code around it raises as it is."""
-    from app.serving import sampling
+    from app.serving.sampling import build_sampling_params
     from core.protocol.completions import CompletionRequest
+    from plugins.engine import vllm_sampling
 
     def broken_params(**kwargs):
         raise TypeError("SamplingParams() got an unexpected keyword argument")
 
-    _, output_kind, repetition_params = sampling._vllm()
-    monkeypatch.setattr(sampling, "_vllm", lambda: (broken_params, output_kind, repetition_params))
+    _, *rest = vllm_sampling._vllm()
+    monkeypatch.setattr(vllm_sampling, "_vllm", lambda: (broken_params, *rest))
     with pytest.raises(TypeError):
-        sampling.build_sampling_params(CompletionRequest(prompt="x"), max_tokens=4)
+        vllm_sampling.sampling_params(build_sampling_params(CompletionRequest(prompt="x"), max_tokens=4), {})
 
 
 @pytest.mark.parametrize("path, body", [("/tokenize", {"prompt": "x"}), ("/v1/models", None)])

@@ -9,16 +9,13 @@ from core.errors import APIError, EngineRejected
 from core.protocol.common import INT64_MAX
 from plugins.aggregation import Aggregator, cached_tokens, prompt_tokens, usage
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions
+from plugins.engine.sampling import Sampling
 from plugins.fanout import FanOut, PromptRequest
 from tests.fakes import FakeEngine
 
 
 def params(seed=None, max_tokens=3, delta=False):
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
-    return SamplingParams(max_tokens=max_tokens, seed=seed, output_kind=kind)
+    return Sampling(max_tokens=max_tokens, seed=seed, stream=delta, temperature=0.5)
 
 
 async def prompts(engine, *texts):
@@ -32,7 +29,7 @@ async def test_n_children_get_vllms_ids_and_seeds():
     choices = FanOut().choices([PromptRequest(0, prompt, params(seed=7), "cmpl-r", options)], 3)
     assert [(c.index, c.request_id, c.params.seed) for c in choices] == [(0, "0_cmpl-r", 7), (1, "1_cmpl-r", 8),
                                                                          (2, "2_cmpl-r", 9)]
-    assert all(c.params.n == 1 and c.options is options for c in choices)
+    assert all(c.options is options and c.params.temperature == 0.5 for c in choices)
     [single] = FanOut().choices([PromptRequest(0, prompt, params(seed=7), "cmpl-r")], 1)
     assert (single.request_id, single.params.seed, single.options) == ("cmpl-r", 7, NO_OPTIONS)  # n=1: untouched
     unseeded = FanOut().choices([PromptRequest(0, prompt, params(), "r")], 2)

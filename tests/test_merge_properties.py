@@ -21,14 +21,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm.outputs import CompletionOutput, RequestOutput
 
 from app.asgi import create_app
 from core.errors import EngineDead, EngineRejected
 from core.settings import Settings
 from plugins.engine.protocol import NO_OPTIONS
 from plugins.engine.roles import Engines
-from tests.fakes import Call, FakeEngine, encode
+from tests.fakes import Call, FakeEngine, Output, SampleOutput, encode
 
 ENDS = ("stop", "length")  # a normal finish
 FAILURES = ("rejected", "dead", "bug", "abort")  # raised by the engine, or an output the engine aborted
@@ -101,10 +100,10 @@ class ScriptedEngine(FakeEngine):
                     raise RuntimeError(f"child {index}: a bug")
                 last = step == len(child.pieces) - 1 and child.end not in ("rejected", "dead", "bug")
                 piece = child.pieces[step]
-                output = CompletionOutput(index=0, text=piece, token_ids=token_ids(piece), cumulative_logprob=None,
-                                          logprobs=None, finish_reason=child.end if last else None)
-                yield RequestOutput(request_id=request_id, prompt=prompt.text, prompt_token_ids=prompt.token_ids,
-                                    prompt_logprobs=None, outputs=[output], finished=last)
+                output = SampleOutput(index=0, text=piece, token_ids=token_ids(piece), cumulative_logprob=None,
+                                      logprobs=None, finish_reason=child.end if last else None)
+                yield Output(request_id=request_id, prompt_token_ids=prompt.token_ids, prompt_logprobs=None,
+                             outputs=[output], finished=last)
             self.finished.append(request_id)
         except (asyncio.CancelledError, GeneratorExit):  # as vLLM's generate: leaving early aborts
             self.aborted.append(request_id)

@@ -7,7 +7,6 @@ from functools import cache
 
 import pytest
 
-from app.serving.parsers import ParserSet
 from core.settings import BUNDLED_MODEL_DIR
 from plugins.engine.config import EngineConfig
 from tests.sse import sse_json
@@ -31,7 +30,7 @@ def use_parsers(client, engine, reasoning=None, tool=None):
     """As app/parsers_plugin.py does at start-up, with the bundled tokenizer."""
     engine.tokenizer = tokenizer()
     engine.max_model_len = 4096
-    client.app.state[EngineConfig().parsers_state_key] = ParserSet.load(tokenizer(), reasoning, tool)
+    client.app.state[EngineConfig().parsers_state_key] = engine.parsers(reasoning, tool)
 
 
 def script(*pieces):

@@ -60,12 +60,11 @@ class LockstepEngine(FakeEngine):
 
 
 async def test_one_engine_step_of_every_choice_is_one_batch():
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from plugins.engine.sampling import Sampling
 
     engine = LockstepEngine()
     [prompt] = await engine.render_completion(["x"])
-    params = SamplingParams(max_tokens=3, output_kind=RequestOutputKind.DELTA)
+    params = Sampling(max_tokens=3, stream=True)
     choices = FanOut().choices([PromptRequest(0, prompt, params, "r")], 3)
     batches = Aggregator(engine).merge(choices)
     pending = asyncio.ensure_future(anext(batches))

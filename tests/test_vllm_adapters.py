@@ -10,6 +10,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
 from plugins.engine.protocol import GenerateOptions, Prompt
+from plugins.engine.sampling import Sampling
 from plugins.engine.vllm_engine import VllmEngine
 
 
@@ -117,11 +118,12 @@ async def test_unload_frees_the_adapter_and_the_name(engine, stub):
 async def test_a_request_whose_adapter_was_unloaded_meanwhile_is_a_404_naming_the_model(engine, stub):
     await engine.load_adapter("a", "/adapters/1")
     prompt, options = Prompt(token_ids=[1], text="x", engine_input={}), GenerateOptions(adapter="a")
-    assert [output async for output in engine.generate(prompt, None, "r1", options)] == ["output"]
+    params = Sampling(max_tokens=4)
+    assert [output async for output in engine.generate(prompt, params, "r1", options)] == ["output"]
     assert stub.lora_requests[0].lora_path == "/adapters/1"
     await engine.unload_adapter("a")
     with pytest.raises(EngineRejected) as raised:
-        [output async for output in engine.generate(prompt, None, "r2", options)]
+        [output async for output in engine.generate(prompt, params, "r2", options)]
     assert raised.value.status == 404 and raised.value.param == "model" and "`a`" in raised.value.message
     assert len(stub.lora_requests) == 1  # it never reached the engine
 

@@ -3,10 +3,10 @@ log probability per token). The candidates are fan-out children like any other (
 they are known only once all have finished: no stream. Usage counts every candidate's tokens."""
 
 from dataclasses import replace
-from typing import Any
 
 from core.errors import bad_request
 from core.protocol.common import SamplingFields
+from plugins.engine.outputs import EngineOutput
 from plugins.fanout import Choice
 
 
@@ -24,13 +24,13 @@ def best_of_candidates(request: SamplingFields) -> int | None:
 
 
 def ranking_logprobs(logprobs: int | None, candidates: int | None) -> int | None:
-    """Ranking needs each candidate's cumulative logprob, which vLLM keeps only when logprobs are on."""
+    """Ranking needs each candidate's cumulative logprob, which the engine keeps only when logprobs are on."""
     return logprobs if candidates is None else (logprobs or 0)
 
 
-def keep_best(choices: list[Choice], outputs: list[Any], n: int) -> tuple[list[Choice], list[Any]]:
+def keep_best(choices: list[Choice], outputs: list[EngineOutput], n: int) -> tuple[list[Choice], list[EngineOutput]]:
     """Per prompt, the n candidates with the highest mean token logprob, indexed 0..n-1 again."""
-    by_prompt: dict[int, list[tuple[Choice, Any]]] = {}
+    by_prompt: dict[int, list[tuple[Choice, EngineOutput]]] = {}
     for choice, output in zip(choices, outputs, strict=True):
         by_prompt.setdefault(choice.prompt_index, []).append((choice, output))
     kept_choices, kept_outputs = [], []
@@ -42,7 +42,7 @@ def keep_best(choices: list[Choice], outputs: list[Any], n: int) -> tuple[list[C
     return kept_choices, kept_outputs
 
 
-def _mean_logprob(output: Any) -> float:
+def _mean_logprob(output: EngineOutput) -> float:
     completion = output.outputs[0]
     if completion.cumulative_logprob is None or not completion.token_ids:
         return float("-inf")

@@ -12,7 +12,6 @@ from app.serving.chat_output import ChoiceOutput
 from app.serving.counts import TokenCounts
 from app.serving.jobs import Job
 from app.serving.logprobs import chat_logprobs, wire_prompt_logprobs
-from app.serving.parsers import ParserSet
 from app.serving.prompts import check_common
 from app.serving.sampling import (
     build_sampling_params,
@@ -23,7 +22,7 @@ from app.serving.sampling import (
     resolve_max_tokens,
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from app.serving.structured import calls_or_format, is_json, structured_outputs
+from app.serving.structured import calls_or_format, structured_outputs
 from app.serving.tools import ToolPlan, plan_tools
 from app.serving.unserved import CHAT_UNSERVED, refuse_unserved
 from core.compat import OperationCompat
@@ -42,7 +41,11 @@ from core.protocol.chat import (
 )
 from core.protocol.common import FinishReason
 from plugins.aggregation import Aggregator, cached_tokens, usage
+from plugins.engine.outputs import FinishReason as EngineFinish
+from plugins.engine.outputs import SampleOutput
+from plugins.engine.parsing import Parsers, RequestParsers
 from plugins.engine.protocol import ChatTemplateOptions
+from plugins.engine.sampling import Constraint, is_json
 from plugins.fanout import Choice, PromptRequest
 from plugins.pipeline import Pipeline
 
@@ -51,15 +54,13 @@ from plugins.pipeline import Pipeline
 class ChatJob(Job):
     request: ChatCompletionRequest
     tools: ToolPlan
-    parsers: ParserSet | None = None
-    parser_request: Any = None  # the request as vLLM's parsers expect it
+    parsers: RequestParsers | None = None  # the configured parsers, bound to this request
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # what the chat template (and parsers) saw
 
     def output(self) -> ChoiceOutput:
         first = self.choices[0]
         # The engine was told to constrain from the first token: the output has no reasoning to read.
-        return ChoiceOutput(self.tools, self.parsers, self.parser_request, self.template_kwargs,
-                            first.prompt.token_ids, self.request.include_reasoning,
+        return ChoiceOutput(self.tools, self.parsers, first.prompt.token_ids, self.request.include_reasoning,
                             no_reasoning=first.options.reasoning_ended is True,
                             json_content=is_json(first.params.structured_outputs) or self.answers_in_json,
                             separate_reasoning=self.request.separate_reasoning,
@@ -118,7 +119,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     fan_out.check(candidates or request.n, request.seed)
     _check_unsupported(request, compat)
     wanted_prompt_logprobs = check_prompt_logprobs(request)
-    parsers = pipeline.parsers
+    parsers: Parsers | None = pipeline.parsers
     tools = plan_tools(request, parsers.tool_name if parsers is not None else None)
     kwargs = template_kwargs(request, tools)
     template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
@@ -135,44 +136,40 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     constraint = structured_outputs(request, tools.schema)
-    parser_request = _parser_request(request, model.name) if parsers else None
-    if tools.kind == "auto" and is_json(constraint) and request.structured_outputs is None:
-        constraint = calls_or_format(constraint, parsers, parser_request)
+    bound = None
+    if parsers is not None:
+        bound = parsers.bind(request, model.name, kwargs)
+        if tools.kind == "auto" and is_json(constraint) and request.structured_outputs is None:
+            constraint = calls_or_format(constraint, bound, parsers.tool_name)
     params = build_sampling_params(request, max_tokens=max_tokens, logprobs=ranking_logprobs(logprobs, candidates),
-                                   prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
-                                   structured_outputs=constraint)
+                                   prompt_logprobs=wanted_prompt_logprobs, structured_outputs=constraint)
     options = generate_options(request, engine.priority_scheduling, model.adapter,
-                               *_reasoning_for_engine(request, parsers, kwargs, prompt.token_ids, constraint))
+                               *_reasoning_for_engine(request, parsers, bound, kwargs, prompt.token_ids, constraint))
     single = PromptRequest(prompt_index=0, prompt=prompt, params=params, request_id=response_id, options=options)
-    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    fingerprint = compat.system_fingerprint(engine.engine_name, engine.version, engine.model_root,
+                                            engine.max_model_len)
     choices = fan_out.choices([single], candidates or request.n, engine.data_parallel_size)
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=choices, system_fingerprint=fingerprint,
-                   keep=request.n if candidates else None, compat=compat, tools=tools, parsers=parsers,
-                   parser_request=parser_request, template_kwargs=kwargs)
+                   keep=request.n if candidates else None, compat=compat, tools=tools, parsers=bound,
+                   template_kwargs=kwargs)
 
 
-def _reasoning_for_engine(request: ChatCompletionRequest, parsers: ParserSet | None, kwargs: dict[str, Any],
-                          prompt_ids: list[int], constraint: Any) -> tuple[bool | None, dict[str, Any] | None]:
+def _reasoning_for_engine(request: ChatCompletionRequest, parsers: Parsers | None, bound: RequestParsers | None,
+                          kwargs: dict[str, Any], prompt_ids: list[int],
+                          constraint: Constraint | None) -> tuple[bool | None, dict[str, Any] | None]:
     """With a reasoning parser the engine constrains only what follows the reasoning: tell it what
     vLLM's server tells it, whether the prompt already ended the reasoning, and the template kwargs
     its own parser needs (`reasoning_ended`, `reasoning_parser_kwargs`). include_reasoning false
     constrains from the first token."""
-    if constraint is None or parsers is None or parsers.reasoning is None:
+    if constraint is None or parsers is None or bound is None or not parsers.reasons:
         return None, None
     if not request.include_reasoning:
         return True, {"chat_template_kwargs": kwargs}
-    return parsers.reasoning_parser(kwargs).is_reasoning_end(list(prompt_ids)), {"chat_template_kwargs": kwargs}
+    return bound.reasoning_ended(prompt_ids), {"chat_template_kwargs": kwargs}
 
 
-def _parser_request(request: ChatCompletionRequest, model: str) -> Any:
-    """The request as vLLM's own protocol type, which its parsers take."""
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as VllmChatRequest
-
-    return VllmChatRequest.model_validate({**without_none(msgspec.to_builtins(request)), "model": model})
-
-
-def choice_logprobs(job: ChatJob, completion: Any) -> ChatLogprobs | None:
+def choice_logprobs(job: ChatJob, completion: SampleOutput) -> ChatLogprobs | None:
     request = job.request
     if not request.logprobs:
         return None
@@ -216,9 +213,9 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCount
     return response
 
 
-def _finish_reason(job: ChatJob, reason: Any, called: bool) -> FinishReason | None:
+def _finish_reason(job: ChatJob, reason: EngineFinish | None, called: bool) -> FinishReason | None:
     """"tool_calls" when the model stopped after calling tools; never for a forced (named) tool.
-    Otherwise vLLM's reason (stop, length, abort, repetition)."""
+    Otherwise the engine's reason (stop, length, abort, repetition)."""
     return "tool_calls" if called and reason == "stop" and job.tools.kind != "named" else reason
 
 

@@ -1,6 +1,6 @@
 """How one choice's generated text becomes message parts: content, reasoning and tool calls.
 
-The configured vLLM parsers (app/serving/parsers.py) read reasoning and, for `tool_choice: auto`,
+The configured reasoning and tool parsers (plugins/engine/parsing.py) read reasoning and, for `tool_choice: auto`,
 tool calls; what they call content is then read by a forced tool's structured-output reader
 (`required`, named: app/serving/tools.py), since the engine constrains only what follows the
 reasoning. With no parser, all is content. Each choice gets its own `ChoiceOutput`, so parser
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.serving.json_text import JsonEscaper, escaped
-from app.serving.parsers import ChoiceParser, ParserSet
 from app.serving.tools import ToolPlan, one_entry_per_call
+from plugins.engine.parsing import ChoiceParser, RequestParsers
 
 
 @dataclass
@@ -34,17 +34,15 @@ def _join(a: str | None, b: str | None) -> str | None:
 
 
 class ChoiceOutput:
-    def __init__(self, tools: ToolPlan, parsers: ParserSet | None, parser_request: Any,
-                 template_kwargs: dict[str, Any] | None = None, prompt_ids: list[int] | None = None,
+    def __init__(self, tools: ToolPlan, parsers: RequestParsers | None, prompt_ids: list[int],
                  include_reasoning: bool = True, no_reasoning: bool = False, json_content: bool = False,
                  separate_reasoning: bool = True, stream_reasoning: bool = True) -> None:
         self.single_call = tools.single_call
         self.reader = tools.reader()
         self.parser: ChoiceParser | None = None
         if parsers is not None:
-            self.parser = parsers.for_choice(parser_request, use_tools=tools.kind == "auto",
-                                             template_kwargs=template_kwargs, prompt_ids=prompt_ids,
-                                             no_reasoning=no_reasoning, separate_reasoning=separate_reasoning)
+            self.parser = parsers.choice(use_tools=tools.kind == "auto", prompt_ids=prompt_ids,
+                                         no_reasoning=no_reasoning, separate_reasoning=separate_reasoning)
         self.include_reasoning = include_reasoning  # false: the reasoning is read, and dropped
         # SGLang's stream_reasoning false: streamed reasoning is held until it ends, then sent in one delta
         self.held_reasoning: str | None = None if stream_reasoning else ""
@@ -113,6 +111,4 @@ class ChoiceOutput:
 
     def streamed_reasoning_tokens(self) -> int | None:
         """reasoning_tokens for what this choice streamed (its parser kept the ids and the reasoning)."""
-        if self.parser is None:
-            return None
-        return self.parser.reasoning_tokens(self.parser.ids, self.parser.sent.reasoning)
+        return self.parser.streamed_reasoning_tokens() if self.parser is not None else None

@@ -1,9 +1,8 @@
 """POST /v1/completions: prompts → choices on the engine → a response or an SSE stream."""
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -22,11 +21,13 @@ from app.serving.sampling import (
     resolve_max_tokens,
 )
 from app.serving.streaming import ChunkFrames, Outbox, StreamPlan
-from app.serving.structured import is_json, structured_outputs
+from app.serving.structured import structured_outputs
 from core.errors import bad_request
 from core.protocol.completions import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from plugins.aggregation import Aggregator, cached_tokens, usage
+from plugins.engine.outputs import EngineOutput, Position
 from plugins.engine.protocol import Engine, Prompt
+from plugins.engine.sampling import is_json
 from plugins.fanout import Choice, PromptRequest
 from plugins.pipeline import Pipeline
 
@@ -67,12 +68,12 @@ async def plan_completion(pipeline: Pipeline, request: CompletionRequest, respon
         max_tokens = resolve_max_tokens(max(requested, 1), len(prompt.token_ids), engine.max_model_len, "max_tokens")
         params = build_sampling_params(
             request, max_tokens=max_tokens, logprobs=ranking_logprobs(request.logprobs, candidates),
-            prompt_logprobs=wanted_prompt_logprobs, defaults=engine.default_sampling_params,
-            structured_outputs=constraint)
+            prompt_logprobs=wanted_prompt_logprobs, structured_outputs=constraint)
         request_id = response_id if len(prompts) == 1 else f"{response_id}-{index}"
         requests.append(PromptRequest(prompt_index=index, prompt=prompt, params=params, request_id=request_id,
                                       options=options))
-    fingerprint = compat.system_fingerprint(engine.version, engine.model_root, engine.max_model_len)
+    fingerprint = compat.system_fingerprint(engine.engine_name, engine.version, engine.model_root,
+                                            engine.max_model_len)
     choices = fan_out.choices(requests, candidates or request.n, engine.data_parallel_size)
     return CompletionJob(request=request, model=model.name, response_id=response_id, created=created,
                          choices=choices, system_fingerprint=fingerprint,
@@ -99,9 +100,10 @@ class _ChoiceText:
         self.escaper = JsonEscaper() if is_json(choice.params.structured_outputs) else None
         self.nulls = job.compat.nulls(CompletionChoice)  # fields the profile sends as null
 
-    def render(self, output: Any, prompt_logprobs: Any) -> CompletionChoice:
+    def render(self, output: EngineOutput, prompt_logprobs: Sequence[Position | None] | None) -> CompletionChoice:
         completion = output.outputs[0]
-        text, token_ids, positions = completion.text, list(completion.token_ids), completion.logprobs
+        text, token_ids = completion.text, list(completion.token_ids)
+        positions: Sequence[Position | None] | None = completion.logprobs
         if self.escaper is not None:
             text = self.escaper.feed(text)
         finish_reason = completion.finish_reason
@@ -132,7 +134,7 @@ class _ChoiceText:
         return rendered
 
 
-def _completion_tokens(job: CompletionJob, output: Any) -> int:
+def _completion_tokens(job: CompletionJob, output: EngineOutput) -> int:
     return 0 if job.echo_only else len(output.outputs[0].token_ids)
 
 

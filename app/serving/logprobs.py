@@ -1,11 +1,11 @@
-"""vLLM logprobs (per position: {token_id: Logprob(logprob, rank, decoded_token)}) → OpenAI shapes."""
+"""The engine's logprobs (per position: {token_id: Logprob(logprob, rank, decoded_token)}) → OpenAI shapes."""
 
 from collections.abc import Sequence
-from typing import Any
 
 from core.protocol.chat import TokenLogprob, TopLogprob
 from core.protocol.common import PromptLogprob, PromptLogprobs
 from core.protocol.completions import CompletionLogprobs
+from plugins.engine.outputs import Logprob, Position
 
 FLOOR = -9999.0  # JSON has no -inf; vLLM clamps the same way
 
@@ -19,8 +19,8 @@ def token_id_string(token_id: int) -> str:
     return f"token_id:{token_id}"
 
 
-def wire_prompt_logprobs(positions: Sequence[dict[int, Any] | None] | None) -> PromptLogprobs:
-    """vLLM's prompt logprobs as JSON: per position null (the first) or {token id: its logprob}."""
+def wire_prompt_logprobs(positions: Sequence[Position | None] | None) -> PromptLogprobs:
+    """The engine's prompt logprobs as JSON: per position null (the first) or {token id: its logprob}."""
     return [None if position is None else {
         str(token_id): PromptLogprob(logprob=_value(lp.logprob), rank=lp.rank, decoded_token=lp.decoded_token)
         for token_id, lp in position.items()} for position in positions or []]
@@ -41,7 +41,7 @@ class CompletionLogprobsBuilder:
         self.offset = 0
         self.as_token_ids = as_token_ids  # tokens named `token_id:<id>`; offsets still follow the text
 
-    def build(self, text: str, token_ids: Sequence[int], positions: Sequence[dict[int, Any] | None],
+    def build(self, text: str, token_ids: Sequence[int], positions: Sequence[Position | None],
               fallback_tokens: Sequence[str] = ()) -> CompletionLogprobs:
         """`text`: the text this chunk adds to the choice; the tokens and their logprobs produced it."""
         self.text += text
@@ -58,13 +58,13 @@ class CompletionLogprobsBuilder:
             result.top_logprobs.append(self._top(position) if position else None)
         return result
 
-    def _top(self, position: dict[int, Any]) -> dict[str, float]:
+    def _top(self, position: Position) -> dict[str, float]:
         if self.as_token_ids:
             return {token_id_string(token_id): _value(lp.logprob) for token_id, lp in position.items()}
         return {(lp.decoded_token or ""): _value(lp.logprob) for lp in position.values()}
 
 
-def chat_logprobs(token_ids: Sequence[int], positions: Sequence[dict[int, Any]], top_k: int | None,
+def chat_logprobs(token_ids: Sequence[int], positions: Sequence[Position], top_k: int | None,
                   as_token_ids: bool = False) -> list[TokenLogprob]:
     """`top_k` None: every candidate the engine returned (the ids of `logprob_token_ids`). With
     `as_token_ids` tokens are named `token_id:<id>`; `bytes` are always the token's own text."""
@@ -80,7 +80,7 @@ def chat_logprobs(token_ids: Sequence[int], positions: Sequence[dict[int, Any]],
     return content
 
 
-def _name(token_id: int, logprob: Any, as_token_ids: bool) -> str:
+def _name(token_id: int, logprob: Logprob, as_token_ids: bool) -> str:
     return token_id_string(token_id) if as_token_ids else (logprob.decoded_token or "")
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 import msgspec
 
 from app.errors import error_for
+from app.serving.chat import ChatJob
 from app.serving.chat_output import MessageParts
 from core.protocol.chat import TokenLogprob
 from core.protocol.responses import (
@@ -46,7 +47,7 @@ def _item_id(prefix: str) -> str:
 
 
 class ResponseBuilder:
-    def __init__(self, job: Any, request: ResponsesRequest) -> None:
+    def __init__(self, job: ChatJob, request: ResponsesRequest) -> None:
         self.job, self.request = job, request
         self.sequence = 0
         self.output: list[OutputMessage | FunctionCallOutput | ReasoningOutput] = []

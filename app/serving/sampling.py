@@ -1,79 +1,58 @@
-"""OpenAI and vLLM request fields → what the engine takes: `SamplingParams`, how the prompt is
-tokenized (`RenderOptions`) and what else each engine request carries (`GenerateOptions`), with
-the context-length rules around them."""
+"""OpenAI and vLLM request fields → what the engine takes: the `Sampling` of each engine request, how
+the prompt is tokenized (`RenderOptions`) and what else each engine request carries (`GenerateOptions`),
+with the context-length rules around them. The engine's own checks of the values come when it gets
+them (plugins/engine/vllm_sampling.py)."""
 
-from functools import cache
 from typing import Any
 
 from core.errors import bad_request
 from core.protocol.common import SamplingFields
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, RenderOptions
-from plugins.engine.vllm_errors import reraise
+from plugins.engine.sampling import Constraint, Sampling
 
-# Fields passed to SamplingParams under the same name when the request sets them.
-_OPTIONAL_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                    "repetition_penalty", "seed", "allowed_token_ids", "bad_words", "logprob_token_ids",
-                    "stream_interval", "watermarking")
 _CACHE_SALT_FORBIDDEN = ("@", "/", "\\", "\x00")
 
 
-@cache
-def _vllm() -> tuple[Any, Any, Any]:
-    from vllm import SamplingParams
-    from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
-
-    return SamplingParams, RequestOutputKind, RepetitionDetectionParams
-
-
 def build_sampling_params(request: SamplingFields, *, max_tokens: int, logprobs: int | None = None,
-                          prompt_logprobs: int | None = None, defaults: dict[str, Any] | None = None,
-                          structured_outputs: Any = None) -> Any:
-    """Request value, else the model's generation_config default, else vLLM's (OpenAI's) default.
-    vLLM's own checks of the values (min_tokens over max_tokens, ...) are its refusals: 400s."""
-    sampling_params, output_kind, repetition_params = _vllm()
-    values: dict[str, Any] = dict(defaults or {})
-    values.pop("max_tokens", None)
-    values.update({name: getattr(request, name) for name in _OPTIONAL_FIELDS if getattr(request, name) is not None})
-    stop = request.stop
-    if request.logit_bias:
-        values["logit_bias"] = _logit_bias(request.logit_bias)
-    if request.repetition_detection is not None:
-        detection = request.repetition_detection
-        try:
-            values["repetition_detection"] = repetition_params(detection.max_pattern_size,
-                                                               detection.min_pattern_size, detection.min_count)
-        except Exception as exc:
-            reraise(exc)
-    if request.thinking_token_budget is not None and request.thinking_token_budget >= 0:  # -1: unlimited
-        values["thinking_token_budget"] = request.thinking_token_budget
-    if request.vllm_xargs:
-        values["extra_args"] = dict(request.vllm_xargs)
+                          prompt_logprobs: int | None = None, structured_outputs: Constraint | None = None) -> Sampling:
+    """The request's values; what it leaves out is the model's generation_config default, else the engine's
+    (OpenAI's). One sample (fan-out makes n)."""
+    logit_bias = _logit_bias(request.logit_bias) if request.logit_bias else None
     if request.logprob_token_ids is not None and logprobs is None:
         raise bad_request("logprob_token_ids needs logprobs: the ids are the tokens whose logprobs are returned.",
                           "logprob_token_ids")
-    try:
-        return sampling_params(
-            n=1,
-            max_tokens=max_tokens,
-            stop=[stop] if isinstance(stop, str) else stop,
-            stop_token_ids=request.stop_token_ids,
-            ignore_eos=request.ignore_eos,
-            min_tokens=request.min_tokens,
-            # vLLM returns the logprobs of exactly these tokens instead of the top ones
-            logprobs=None if request.logprob_token_ids else logprobs,
-            prompt_logprobs=prompt_logprobs,
-            include_stop_str_in_output=request.include_stop_str_in_output or request.no_stop_trim,
-            skip_special_tokens=request.skip_special_tokens,
-            spaces_between_special_tokens=request.spaces_between_special_tokens,
-            output_kind=output_kind.DELTA if request.stream else output_kind.FINAL_ONLY,
-            structured_outputs=structured_outputs,
-            # Built for this request alone (fan-out copies it per child), so the engine need not
-            # deep-copy it again, as vLLM's own server says of its params.
-            skip_clone=True,
-            **values,
-        )
-    except Exception as exc:
-        reraise(exc)
+    stop, budget = request.stop, request.thinking_token_budget
+    return Sampling(
+        max_tokens=max_tokens,
+        stream=request.stream,
+        stop=[stop] if isinstance(stop, str) else stop,
+        stop_token_ids=request.stop_token_ids,
+        ignore_eos=request.ignore_eos,
+        min_tokens=request.min_tokens,
+        logprobs=logprobs,
+        logprob_token_ids=request.logprob_token_ids,
+        prompt_logprobs=prompt_logprobs,
+        include_stop_str_in_output=request.include_stop_str_in_output or request.no_stop_trim,
+        skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
+        structured_outputs=structured_outputs,
+        seed=request.seed,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        min_p=request.min_p,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        repetition_penalty=request.repetition_penalty,
+        allowed_token_ids=request.allowed_token_ids,
+        bad_words=request.bad_words,
+        logit_bias=logit_bias,
+        repetition_detection=request.repetition_detection,
+        thinking_token_budget=budget if budget is not None and budget >= 0 else None,  # -1: unlimited
+        stream_interval=request.stream_interval,
+        watermarking=request.watermarking,
+        extra_args=dict(request.vllm_xargs) if request.vllm_xargs else None,
+    )
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[int, float]:

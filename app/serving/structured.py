@@ -1,5 +1,5 @@
 """Structured outputs: a forced tool's schema, `response_format`, or vLLM's own `structured_outputs`
-(json, regex, choice, grammar, json_object, structural_tag) → vLLM's StructuredOutputsParams.
+(json, regex, choice, grammar, json_object, structural_tag) → the engine request's `Constraint`.
 At most one of the three may constrain a request."""
 
 import json
@@ -11,13 +11,15 @@ from app.serving.json_bounds import bounded_integers, bounded_tag
 from core.errors import bad_request
 from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
 from core.protocol.common import StructuredOutputs
-from plugins.engine.vllm_errors import reraise
+from plugins.engine.parsing import RequestParsers
+from plugins.engine.sampling import Constraint, is_json
 
 log = structlog.get_logger("choir.structured")
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+__all__ = ["calls_or_format", "is_json", "structured_outputs"]
 
 
-def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) -> Any:
+def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) -> Constraint | None:
     response_format = getattr(request, "response_format", None)
     formatted = isinstance(response_format, (JsonObjectFormat, JsonSchemaFormat))
     own: StructuredOutputs | None = request.structured_outputs
@@ -25,18 +27,12 @@ def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) 
         own = _sglang_constraint(request, own, formatted or tool_schema is not None)
     if tool_schema is None and not formatted and own is None:
         return None  # the common case: unconstrained
-    from vllm.sampling_params import StructuredOutputsParams
-
-    constraint = _constraint(own, tool_schema, response_format, formatted)
-    try:
-        return StructuredOutputsParams(**constraint)
-    except Exception as exc:  # its own checks are vLLM's refusals
-        reraise(exc)
+    return Constraint(**_constraint(own, tool_schema, response_format, formatted))
 
 
 def _constraint(own: StructuredOutputs | None, tool_schema: dict[str, Any] | None, response_format: Any,
                 formatted: bool) -> dict[str, Any]:
-    """StructuredOutputsParams' arguments: the one constraint the request asks for."""
+    """The one constraint the request asks for, as Constraint's arguments."""
     if own is not None:
         if tool_schema is not None:
             raise bad_request("structured_outputs cannot be combined with tool_choice `required` or a named tool: "
@@ -55,27 +51,17 @@ def _constraint(own: StructuredOutputs | None, tool_schema: dict[str, Any] | Non
     return {"json": bounded_integers(response_format.json_schema.schema)}
 
 
-def calls_or_format(constraint: Any, parsers: Any, parser_request: Any) -> Any:
+def calls_or_format(constraint: Constraint, parsers: RequestParsers, tool_parser: str | None) -> Constraint:
     """tool_choice `auto` with a response format (OpenAI serves it: the model calls a tool, or answers in the
     format): the format alone would make every call impossible, so the engine gets "the tool parser's calls,
     or the format" as a structural tag. A parser that cannot describe its calls so keeps the format alone,
     as vLLM's server does."""
-    tag = parsers.calls_or(parser_request, constraint)
+    tag = parsers.calls_or(constraint)
     if tag is None:
         log.warning("tool_choice auto with a response format: the tool parser has no structural tag, so the "
-                    "output follows the format and cannot call a tool", tool_parser=parsers.tool_name)
+                    "output follows the format and cannot call a tool", tool_parser=tool_parser)
         return constraint
-    from vllm.sampling_params import StructuredOutputsParams
-
-    try:
-        return StructuredOutputsParams(structural_tag=json.dumps(bounded_tag(tag)))
-    except Exception as exc:
-        reraise(exc)
-
-
-def is_json(constraint: Any) -> bool:
-    """Whether the engine constrains the output to JSON (then it is read as strict JSON text)."""
-    return constraint is not None and (constraint.json is not None or bool(constraint.json_object))
+    return Constraint(structural_tag=json.dumps(bounded_tag(tag)))
 
 
 def _one_constraint(own: StructuredOutputs) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """What Choir needs from an engine: the seam between the HTTP layer and vLLM.
 
-`VllmEngine` implements it over vLLM's `AsyncLLM`; tests implement it with scripted fakes.
-Sampling parameters and outputs are vLLM's own types (`SamplingParams`, `RequestOutput`),
-so the seam adds no translation of its own.
+`VllmEngine` implements it over vLLM's `AsyncLLM`; tests implement it with scripted fakes. The seam
+speaks Choir's types: a request's `Sampling` (sampling.py), its outputs (outputs.py: structural types
+vLLM's own outputs have, so they pass as they are) and the parsers (parsing.py); the vLLM adapter
+(vllm_*.py) alone translates to and from vLLM's.
 """
 
 from collections.abc import AsyncGenerator
@@ -11,6 +12,9 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
+from plugins.engine.outputs import EngineOutput
+from plugins.engine.parsing import Parsers
+from plugins.engine.sampling import Sampling
 
 
 class Prompt(msgspec.Struct, frozen=True):
@@ -80,17 +84,25 @@ class Tokenizing(Protocol):
 
 class Engine(Tokenizing, Protocol):
     model_root: str
+    engine_name: str  # the engine's name and `version` its release, as the system fingerprint says them
     version: str
-    default_sampling_params: dict[str, Any]  # from the model's generation_config
+    default_sampling_params: dict[str, Any]  # from the model's generation_config: what `Sampling`'s Nones mean
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     data_parallel_size: int  # engine ranks this process can send a request to (1 without data parallelism)
-    tokenizer: Any  # vLLM's tokenizer of the model (the serving side builds its parsers with it)
 
     @property
     def is_alive(self) -> bool: ...
 
-    def generate(self, prompt: Prompt, params: Any, request_id: str,
-                 options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]: ...
+    def generate(self, prompt: Prompt, params: Sampling, request_id: str,
+                 options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[EngineOutput, None]:
+        """The request's outputs (`params.stream`: one per engine step, else the final one); closing the
+        generator aborts the request. EngineRejected when the engine refuses `params`."""
+        ...
+
+    def parsers(self, reasoning: str | None, tool: str | None) -> Parsers:
+        """The reasoning and tool parsers of these names (CHOIR_REASONING_PARSER, CHOIR_TOOL_PARSER), built
+        with the engine's tokenizer."""
+        ...
 
     @property
     def adapters(self) -> dict[str, str]:

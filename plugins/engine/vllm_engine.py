@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
+from plugins.engine.outputs import EngineOutput
 from plugins.engine.protocol import (
     NO_OPTIONS,
     AdapterError,
@@ -16,9 +17,12 @@ from plugins.engine.protocol import (
     Prompt,
     UnknownAdapter,
 )
+from plugins.engine.sampling import Sampling
 from plugins.engine.vllm_base import VllmBase
 from plugins.engine.vllm_errors import reraise
 from plugins.engine.vllm_grammar import GrammarGate
+from plugins.engine.vllm_parsers import VllmParsers
+from plugins.engine.vllm_sampling import SamplingAdapter
 
 
 class VllmEngine(VllmBase):
@@ -30,7 +34,9 @@ class VllmEngine(VllmBase):
         super().__init__(engine, engine_args, version, model)
         self._lora_request = LoRARequest
         config = engine.model_config
+        self.engine_name = "vllm"
         self.default_sampling_params = dict(config.get_diff_sampling_param())
+        self._sampling = SamplingAdapter(self.default_sampling_params)  # Choir's Sampling → vLLM's SamplingParams
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         parallel = engine.vllm_config.parallel_config
         # The ranks vLLM's InputProcessor accepts from this client (a hybrid-LB node: its own).
@@ -41,11 +47,13 @@ class VllmEngine(VllmBase):
         self._adapters_lock = asyncio.Lock()
         self.grammars: GrammarGate | None = None  # set by start_vllm_engine
 
-    async def generate(self, prompt: Prompt, params: Any, request_id: str,
-                       options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[Any, None]:
+    async def generate(self, prompt: Prompt, params: Sampling, request_id: str,
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[EngineOutput, None]:
+        """vLLM's RequestOutputs are the seam's EngineOutputs as they are."""
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        structured = getattr(params, "structured_outputs", None)
+        sampling_params = self._sampling(params)  # EngineRejected: vLLM's checks refused a value
+        structured = sampling_params.structured_outputs
         if structured is not None and self.grammars is not None:  # first: it may take seconds
             await self.grammars.admit(structured)
         extra: dict[str, Any] = {}
@@ -61,13 +69,17 @@ class VllmEngine(VllmBase):
                                          "the engine: GET /v1/models lists those served.", "model", status=404)
         try:
             # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
-            async with aclosing(self._engine.generate(prompt.engine_input, params, request_id, **extra)) as outputs:
+            async with aclosing(self._engine.generate(prompt.engine_input, sampling_params, request_id,
+                                                      **extra)) as outputs:
                 async for output in outputs:
                     yield output
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
             reraise(exc)
+
+    def parsers(self, reasoning: str | None, tool: str | None) -> VllmParsers:
+        return VllmParsers.load(self.tokenizer, reasoning, tool)
 
     async def abort_all(self) -> int:
         stopped = self.grammars.close() if self.grammars is not None else 0  # compiles that requests wait for
