@@ -32,7 +32,9 @@ async def _scenario(engine: VllmEngine, scenario: Scenario) -> dict:
             params = SamplingParams(n=scenario.n, seed=seed, max_tokens=scenario.max_tokens, ignore_eos=True,
                                     output_kind=kind, skip_clone=True)
             started, first = time.perf_counter(), None
-            async for output in engine.generate(prompt, params, f"direct-{scenario.label}-{seed}"):
+            # AsyncLLM itself (vLLM's own n, its own SamplingParams): Choir's seam takes one sample per request.
+            async for output in engine._engine.generate(prompt.engine_input, params,
+                                                        f"direct-{scenario.label}-{seed}"):
                 if first is None:
                     first = time.perf_counter() - started
                 tokens += sum(len(o.token_ids) for o in output.outputs)

@@ -17,6 +17,7 @@ from statistics import median
 
 from core.settings import Settings
 from plugins.aggregation import Aggregator
+from plugins.engine.sampling import Sampling
 from plugins.engine.vllm_args import parse_engine_args
 from plugins.engine.vllm_engine import VllmEngine
 from plugins.engine.vllm_start import ENGINE_ENVIRONMENT, settle_after_startup
@@ -42,15 +43,11 @@ async def run_native(engine, n: int, requests: int, concurrency: int, max_tokens
 
 async def run_fanout(engine: VllmEngine, n: int, requests: int, concurrency: int,
                      max_tokens: int) -> tuple[float, float]:
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
     [prompt] = await engine.render_completion([PROMPT])
     fan_out, aggregator = FanOut(max_n=n), Aggregator(engine)
 
     async def one(i: int) -> int:
-        params = SamplingParams(n=1, seed=i, max_tokens=max_tokens, ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY, skip_clone=True)
+        params = Sampling(seed=i, max_tokens=max_tokens, ignore_eos=True)  # what Choir's serving side builds
         choices = fan_out.choices([PromptRequest(0, prompt, params, f"choir-{n}-{i}")], n)
         outputs = await aggregator.collect(choices)
         return sum(len(o.outputs[0].token_ids) for o in outputs)

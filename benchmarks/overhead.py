@@ -2,7 +2,7 @@
 
 The engine-backed benchmark (`benchmarks.frontends`) shares two cores between the load, the server
 and the engine core, so its figures swing by tens of percent. Here the engine is the tests'
-scripted one (tests/fakes.py: vLLM's own `RequestOutput`s, one per token, no model), so the server's
+scripted one (tests/fakes.py: the seam's outputs, one per token, no model), so the server's
 CPU per request is Choir + Litestar + uvicorn alone, steady enough to compare two versions of a
 change. Not a contest: vLLM's server cannot run over this engine.
 
