@@ -94,16 +94,17 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         except SettingsError as exc:
             raise SystemExit(f"choir: {exc}") from None
     configure_logging(settings.log_level)
-    if engine_factory is None and (settings.api_servers > 1 or settings.headless):
+    factories = dict(factories or {})
+    if engine_factory is not None:
+        factories["generate"] = engine_factory
+    if "generate" not in factories and (settings.api_servers > 1 or settings.headless):
         # One process here (`litestar run`, `uvicorn --factory app.asgi:create_app`): the supervisor that
         # starts N workers over one set of engine cores, or headless engines, is app/serve.py.
         what = "--headless" if settings.headless else f"CHOIR_API_SERVERS={settings.api_servers}"
         raise SystemExit(f"choir: {what} needs `choir-serve` (`make serve`): `litestar run` and uvicorn run "
                          f"Choir as one API process.")
     spec = spec or SpecConfig(compat=settings.compat)
-    engine = EngineConfig(settings=settings, factories=dict(factories or {}))
-    if engine_factory is not None:
-        engine.factories["generate"] = engine_factory
+    engine = EngineConfig(settings=settings, factories=factories)
     try:
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:

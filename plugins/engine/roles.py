@@ -28,14 +28,17 @@ class Role:
     name: str
     does: str  # what its engine does, for messages: "generates text"
     endpoints: str  # where a client sends its model's name
+    task: str | None = None  # a pooling role's task, as vLLM's pooling runner names it
     start: EngineFactory = _vllm
 
 
 ROLES = {role.name: role for role in (
     Role("generate", "generates text", "POST /v1/chat/completions, /v1/completions and /v1/responses"),
-    Role("embed", "embeds text", "POST /v1/embeddings"),
-    Role("rerank", "scores query and document pairs", "POST /rerank (/v1/rerank, /v2/rerank) and /score"),
-    Role("classify", "classifies text", "POST /classify"),
+    Role("embed", "embeds text", "POST /v1/embeddings", task="embed"),
+    # A cross-encoder's score is a one-label classification.
+    Role("rerank", "scores query and document pairs", "POST /rerank (/v1/rerank, /v2/rerank) and /score",
+         task="classify"),
+    Role("classify", "classifies text", "POST /classify", task="classify"),
 )}
 
 

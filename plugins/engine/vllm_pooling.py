@@ -9,11 +9,9 @@ from typing import Any
 from core.errors import APIError, stopped_by_server
 from core.settings import RoleModel, SettingsError
 from plugins.engine.protocol import EngineDead, Prompt
+from plugins.engine.roles import ROLES
 from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
 from plugins.engine.vllm_errors import reraise
-
-# The pooling task each role runs, as vLLM names it (a cross-encoder's score is a one-label classification).
-ROLE_TASKS = {"embed": "embed", "rerank": "classify", "classify": "classify"}
 
 
 class VllmPoolingEngine(VllmBase):
@@ -21,7 +19,7 @@ class VllmPoolingEngine(VllmBase):
         from vllm import PoolingParams
 
         super().__init__(engine, engine_args, version, model.model)
-        self.role, self.task = model.role, ROLE_TASKS[model.role]
+        self.role, self.task = model.role, _task(model.role)
         self._pooling_params = PoolingParams
         config = engine.model_config
         self.embedding_size = int(config.embedding_size)
@@ -40,7 +38,7 @@ class VllmPoolingEngine(VllmBase):
     async def create(cls, engine: Any, engine_args: Any, version: str, model: RoleModel) -> "VllmPoolingEngine":
         """Refuses, in one line, a model that cannot run the role's task (a generator named as a reranker)."""
         tasks = await engine.get_supported_tasks()
-        task = ROLE_TASKS[model.role]
+        task = _task(model.role)
         if task not in tasks:
             variable, _, flags = model.variables
             raise SettingsError(f"{variable}={model.model!r} cannot serve {model.role}: vLLM's pooling runner "
@@ -95,3 +93,9 @@ class VllmPoolingEngine(VllmBase):
         if output is None or output.outputs.data.numel() == 0:  # an abort's final output is empty
             raise stopped_by_server()
         return output.outputs.data.float().tolist()
+
+
+def _task(role: str) -> str:
+    task = ROLES[role].task
+    assert task is not None, f"{role} is not a pooling role"
+    return task

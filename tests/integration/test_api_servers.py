@@ -54,8 +54,8 @@ def test_both_processes_serve_one_engine(two):
         ids.add(reply.json()["id"])
     assert len(ids) == 24  # response ids unique across processes
     assert served_by(two) == {0, 1}
-    assert two.log().count('"role": "generation", "api_servers": 2') == 1  # one engine core, started once
-    assert two.log().count('"role": "embedding", "api_servers": 2') == 1
+    assert two.log().count('"role": "generate", "api_servers": 2') == 1  # one engine core, started once
+    assert two.log().count('"role": "embed", "api_servers": 2') == 1
 
 
 def test_every_process_serves_every_model(two):
