@@ -2,8 +2,8 @@
 model's context, and the prompts of one request run as concurrent engine requests, in order."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from app.serving.unserved import refuse_unserved
 from core.errors import bad_request
@@ -25,7 +25,8 @@ def check_fits(engine: Tokenizing, prompt: Prompt, where: str, hint: str = "Shor
                           f"has {len(prompt.token_ids)} tokens. {hint}", where)
 
 
-async def run_all(prompts: Sequence[Prompt], response_id: str, run: Callable[[Prompt, str], Awaitable[T]]) -> list[T]:
+async def run_all(prompts: Sequence[Prompt], response_id: str,
+                  run: Callable[[Prompt, str], Coroutine[Any, Any, T]]) -> list[T]:
     """One engine request per prompt (`{response_id}-{i}`, or the response id for one), concurrently; the
     first failure is the one reported, and the others are cancelled (aborted in the engine)."""
     if len(prompts) == 1:
