@@ -12,11 +12,10 @@ from core.errors import bad_request
 from core.protocol.chat import JsonObjectFormat, JsonSchemaFormat
 from core.protocol.common import StructuredOutputs
 from plugins.engine.parsing import RequestParsers
-from plugins.engine.sampling import Constraint, is_json
+from plugins.engine.sampling import Constraint
 
 log = structlog.get_logger("choir.structured")
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
-__all__ = ["calls_or_format", "is_json", "structured_outputs"]
 
 
 def structured_outputs(request: Any, tool_schema: dict[str, Any] | None = None) -> Constraint | None:
