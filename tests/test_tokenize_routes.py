@@ -47,7 +47,7 @@ def test_detokenize_is_the_inverse(client):
     ("/tokenize", {"prompt": "x", "model": "gpt-4"}, "model"),
     ("/detokenize", {"tokens": [5, 0x110000 + 3]}, "tokens[1]"),
     ("/detokenize", {"tokens": [-1]}, "tokens[0]"),
-    ("/detokenize", {}, None),
+    ("/detokenize", {}, "tokens"),  # the missing field
     ("/detokenize", {"tokens": [1], "model": "gpt-4"}, "model"),
 ])
 def test_what_cannot_be_tokenized_is_a_400_naming_the_field(client, path, body, param):
