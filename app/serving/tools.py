@@ -3,11 +3,10 @@
 `required` and a named tool constrain the output with a JSON schema built from the tools (vLLM's
 structured outputs), so they work with any model: a named tool's output is its arguments; a
 required choice's output is `[{"name": ..., "parameters": {...}}, ...]`. `auto` needs a vLLM tool
-parser (CHOIR_TOOL_PARSER), which reads calls out of free text (app/serving/parsers.py).
+parser (CHOIR_TOOL_PARSER), which reads calls out of free text (plugins/engine/parsing.py).
 """
 
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,12 +23,9 @@ from core.protocol.chat import (
     NamedToolChoice,
     ToolCall,
 )
+from plugins.engine.parsing import tool_call_id
 
 EMPTY_OBJECT = {"type": "object", "properties": {}}
-
-
-def tool_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 @dataclass(frozen=True)
