@@ -9,7 +9,6 @@ from litestar.exceptions import HTTPException
 
 from app.docs import docs_assets_router, openapi_config
 from app.errors import exception_handler
-from app.parsers_plugin import ParsersPlugin
 from app.request_log import configure_logging, watch_request
 from app.requests import request_class
 from app.routes import ROUTE_HANDLERS
@@ -21,6 +20,7 @@ from plugins.engine.plugin import EnginePlugin
 from plugins.engine.roles import EngineFactory
 from plugins.fanout import FanOut
 from plugins.metrics import MetricsPlugin
+from plugins.parsers import ParsersPlugin
 from plugins.pipeline import PipelinePlugin, RequestDefaults
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
 

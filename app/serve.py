@@ -59,11 +59,11 @@ def supervise(settings: Settings, host: str, port: int, uvicorn_options: dict[st
 def _check_before_engines(settings: Settings) -> None:
     """What every worker would refuse at its start-up (the profile, the parsers' names), refused once here,
     in one line, before any engine starts."""
-    from app.serving.parsers import parser_classes
+    from plugins.parsers import check_parser_names
     from plugins.spec import SpecConfig
 
     _ = SpecConfig(compat=settings.compat).operation_rules
-    parser_classes(settings.reasoning_parser, settings.tool_parser)
+    check_parser_names(settings.reasoning_parser, settings.tool_parser)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ engine plugin's lifespan fills, and the compat rules from the route the spec plu
 """
 
 from dataclasses import dataclass
-from typing import Any
 
 from litestar import Request
 from litestar.config.app import AppConfig
@@ -19,6 +18,7 @@ from litestar.plugins import InitPlugin
 from core.compat import OperationCompat
 from plugins.aggregation import Aggregator
 from plugins.engine.config import EngineConfig
+from plugins.engine.parsing import Parsers
 from plugins.engine.protocol import Engine
 from plugins.engine.roles import Engines
 from plugins.fanout import FanOut
@@ -43,7 +43,7 @@ class Pipeline:
     engine: Engine  # generation, LoRA adapters included
     aggregator: Aggregator
     engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
-    parsers: Any = None  # the serving side's reasoning and tool parsers (app/parsers_plugin.py), if any
+    parsers: Parsers | None = None  # the reasoning and tool parsers (plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
 
 

@@ -27,7 +27,7 @@ def tokenizer():
 
 
 def use_parsers(client, engine, reasoning=None, tool=None):
-    """As app/parsers_plugin.py does at start-up, with the bundled tokenizer."""
+    """As plugins/parsers.py does at start-up, with the bundled tokenizer."""
     engine.tokenizer = tokenizer()
     engine.max_model_len = 4096
     client.app.state[EngineConfig().parsers_state_key] = engine.parsers(reasoning, tool)

@@ -103,9 +103,9 @@ def test_the_parsers_names_are_checked_before_any_engine_starts_wherever_the_plu
     stopping) when CHOIR_REASONING_PARSER names a parser vLLM lacks."""
     from litestar.config.app import AppConfig
 
-    from app.parsers_plugin import ParsersPlugin
     from plugins.engine.config import EngineConfig
     from plugins.engine.plugin import EnginePlugin
+    from plugins.parsers import ParsersPlugin
 
     config = EngineConfig(Settings(served_model_name="fake-model"))
     app_config = EnginePlugin(config).on_app_init(AppConfig())  # listed first, its lifespan added first

@@ -79,7 +79,7 @@ class EngineConfig:
     factories: dict[str, EngineFactory] = field(default_factory=dict)  # role → its start; tests swap in fakes
     state_key: str = "engines"  # Engines: every role's engine
     engine_state_key: str = "engine"  # the generation engine alone (the hot path reads it)
-    parsers_state_key: str = "parsers"  # the serving side's reasoning and tool parsers (app/parsers_plugin.py)
+    parsers_state_key: str = "parsers"  # the serving side's reasoning and tool parsers (plugins/parsers.py)
     runtime_lora_state_key: str = RUNTIME_LORA_STATE_KEY  # whether adapters may be loaded at run time
     dependency_key: str = "engine"
     engines_dependency_key: str = "engines"

@@ -1,7 +1,7 @@
-"""ParsersPlugin: vLLM's reasoning and tool parsers (CHOIR_REASONING_PARSER, CHOIR_TOOL_PARSER), built
-on the serving side once the engine has started (they need its tokenizer), and kept in the app state
-under the engine config's key for the pipeline. Their names are checked first of all lifespans, wherever
-the plugin is listed: a name vLLM lacks stops start-up with one line, and no engine is left to stop."""
+"""ParsersPlugin: the reasoning and tool parsers (CHOIR_REASONING_PARSER, CHOIR_TOOL_PARSER), built once the
+generation engine has started (the engine provides them: vLLM's own, with its tokenizer) and kept in the app
+state under the engine config's key for the pipeline. Their names are checked first of all lifespans,
+wherever the plugin is listed: a name vLLM lacks stops start-up with one line, and no engine is left to stop."""
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,8 +10,14 @@ from litestar import Litestar
 from litestar.config.app import AppConfig
 from litestar.plugins import InitPlugin
 
-from app.serving.parsers import ParserSet, parser_classes
 from plugins.engine.config import EngineConfig
+
+
+def check_parser_names(reasoning: str | None, tool: str | None) -> None:
+    """SettingsError naming the parsers vLLM knows, for a name it lacks (before any engine starts)."""
+    from plugins.engine.vllm_parsers import parser_classes  # lazy: vLLM's parsers import torch
+
+    parser_classes(reasoning, tool)
 
 
 class ParsersPlugin(InitPlugin):
@@ -28,9 +34,9 @@ class ParsersPlugin(InitPlugin):
 
     @asynccontextmanager
     async def _names_known(self, app: Litestar) -> AsyncIterator[None]:
-        parser_classes(self.reasoning, self.tool)  # a SettingsError: one line (app/asgi.py)
+        check_parser_names(self.reasoning, self.tool)  # a SettingsError: one line (app/asgi.py)
         yield
 
     def _build(self, app: Litestar) -> None:
         engine = app.state[self.engines.engine_state_key]
-        app.state[self.engines.parsers_state_key] = ParserSet.load(engine.tokenizer, self.reasoning, self.tool)
+        app.state[self.engines.parsers_state_key] = engine.parsers(self.reasoning, self.tool)
