@@ -45,7 +45,7 @@ class PoolingRole:
     """An optional engine role on a pooling model, and its three settings: CHOIR_<PREFIX>_MODEL,
     CHOIR_<PREFIX>_MODEL_NAME and CHOIR_<PREFIX>_ENGINE_ARGS. `make install` builds a tiny one of each."""
 
-    role: str  # vLLM's pooling task the role runs: embed, or classify (for rerank/score and classify)
+    role: str  # the role's name (plugins/engine/roles.py): embed, rerank, classify
     prefix: str
     bundled_name: str
 

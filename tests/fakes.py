@@ -269,8 +269,8 @@ class FakePoolingEngine:
         exps = [math.exp(c - max(counts)) for c in counts]
         return [e / sum(exps) for e in exps]
 
-    async def render_pair(self, first: str, second: str) -> Prompt:
-        ids = [*encode(first), 0, *encode(second)]
+    async def render_pair(self, first: str, second: str, max_second_tokens: int | None = None) -> Prompt:
+        ids = [*encode(first), 0, *encode(second)[:max_second_tokens]]
         return Prompt(token_ids=ids, text=None, engine_input={"prompt_token_ids": ids})
 
     async def abort_all(self) -> int:

@@ -61,6 +61,9 @@ def test_rerank_sorts_the_documents_by_relevance(served, path):
 
 def test_rerank_top_n_document_objects_and_no_documents(served):
     client, _ = served
+    one = client.post("/rerank", json={"query": "q", "documents": "abab"}).json()  # one document as a string
+    assert one["results"] == [{"index": 0, "relevance_score": pytest.approx(expected_score("q", "abab")),
+                               "document": {"text": "abab"}}]
     body = client.post("/rerank", json={"query": "q", "documents": [{"text": d} for d in DOCS], "top_n": 2,
                                         "return_documents": False}).json()
     assert len(body["results"]) == 2 and all("document" not in r for r in body["results"])
@@ -131,7 +134,12 @@ LONG = "x" * 80  # past the fake pooling engines' 64-token context
     ("/rerank", {"query": "q", "documents": ["a"], "top_n": -1}, "top_n"),
     ("/rerank", {"query": "q", "documents": ["a"] * 5}, "documents"),  # CHOIR_MAX_PROMPTS is 4 here
     ("/rerank", {"query": "q", "documents": ["a", LONG]}, "documents[1]"),
-    ("/rerank", {"query": LONG, "documents": ["a"]}, "documents[0]"),
+    ("/rerank", {"query": LONG, "documents": ["a"]}, "query"),  # too long by itself
+    ("/rerank", {"query": "q" * 40, "documents": ["a" * 40]}, "documents[0]"),  # the pair is too long
+    ("/rerank", {"query": "q", "documents": LONG}, "documents"),
+    ("/rerank", {"query": "q", "documents": ["a"], "truncate_prompt_tokens": 5}, "truncate_prompt_tokens"),
+    ("/rerank", {"query": "q", "documents": ["a"], "max_tokens_per_query": 5}, "max_tokens_per_query"),
+    ("/score", {"text_1": LONG, "text_2": "b"}, "text_1"),
     ("/rerank", {"query": "q", "documents": ["a"], "model": "fake-model"}, "model"),
     ("/rerank", {"query": "q", "documents": ["a"], "model": "fake-embed"}, "model"),
     ("/rerank", {"query": "q", "documents": ["a"], "model": "nope"}, "model"),

@@ -20,7 +20,7 @@ class StubPoolingLLM:
         self.errored = False
         self.model_config = SimpleNamespace(max_model_len=64, embedding_size=4, matryoshka_dimensions=None,
                                             is_matryoshka=False, use_sep_token=True,
-                                            hf_config=SimpleNamespace(num_labels=2, id2label={0: "no", 1: "yes"}))
+                                            hf_config=LabelConfig(2, {0: "no", 1: "yes"}))
         self.renderer = SimpleNamespace(tokenizer=PairTokenizer())
         self.data, self.error = data, error
 
@@ -32,14 +32,44 @@ class StubPoolingLLM:
         return ("classify", "token_classify")
 
 
+class LabelConfig(SimpleNamespace):
+    def __init__(self, num_labels: int, id2label: dict[int, str]) -> None:
+        super().__init__(num_labels=num_labels, id2label=id2label)
+
+    def get_text_config(self) -> "LabelConfig":
+        return self
+
+
 class PairTokenizer:
-    """A character tokenizer whose pair encoding puts a 0 between the texts (as a tokenizer's separator)."""
+    """A character tokenizer whose pair encoding puts a 0 between the texts (as a tokenizer's separator);
+    with `segments`, a BERT-style one that also gives token_type_ids (0 for the query, 1 for the document)."""
 
     max_token_id = 99
 
-    def __call__(self, text: str, text_pair: str | None = None) -> dict[str, list[int]]:
-        ids = [ord(c) % 90 + 3 for c in text]
-        return {"input_ids": ids if text_pair is None else [*ids, 0, *self(text_pair)["input_ids"]]}
+    def __init__(self, segments: bool = False) -> None:
+        self.segments = segments
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) % 90 + 3 for c in text]
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return 1 if pair else 0
+
+    def __call__(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True,
+                 return_offsets_mapping: bool = False, truncation: str | None = None,
+                 max_length: int | None = None) -> dict[str, list]:
+        ids = self.encode(text)
+        encoding: dict[str, list] = {"input_ids": ids}
+        if return_offsets_mapping:
+            encoding["offset_mapping"] = [(i, i + 1) for i in range(len(text))]
+        if text_pair is not None:
+            second = self.encode(text_pair)
+            if truncation == "only_second" and max_length is not None:
+                second = second[:max_length - len(ids) - 1]
+            encoding["input_ids"] = [*ids, 0, *second]
+            if self.segments:
+                encoding["token_type_ids"] = [0] * (len(ids) + 1) + [1] * len(second)
+        return encoding
 
 
 def engine_over(stub: StubPoolingLLM, role: str = "embed") -> VllmPoolingEngine:
@@ -63,15 +93,39 @@ async def test_a_pair_is_the_tokenizers_own_pair_encoding_or_the_texts_joined():
     assert (await engine_over(stub, "rerank").render_pair("ab", "c")).token_ids == PairTokenizer()("abc")["input_ids"]
 
 
+async def test_a_bert_style_pair_keeps_where_the_document_starts_and_a_document_may_be_cut():
+    """vLLM's cross-encoder path hands the model its segment ids as `compressed_token_type_ids`: without them
+    a BERT reranker reads the document as query and scores otherwise than vLLM's server."""
+    stub = StubPoolingLLM(torch.tensor([0.5]))
+    stub.renderer.tokenizer = PairTokenizer(segments=True)
+    engine = engine_over(stub, "rerank")
+    pair = await engine.render_pair("ab", "cdef")
+    assert pair.token_ids == [*PairTokenizer().encode("ab"), 0, *PairTokenizer().encode("cdef")]
+    assert await engine.classify(pair, "r1") == [0.5]
+    assert stub.params.extra_kwargs == {"compressed_token_type_ids": 3}  # "ab" and the separator
+    cut = await engine.render_pair("ab", "cdef", max_second_tokens=2)
+    assert cut.token_ids == [*PairTokenizer().encode("ab"), 0, *PairTokenizer().encode("cd")]
+    await engine.classify(PROMPT, "c1")  # a plain prompt: no segments
+    assert stub.params.extra_kwargs is None
+
+
+async def test_a_reranker_with_several_labels_is_refused_in_one_line():
+    stub = StubPoolingLLM(torch.tensor([0.5]))  # two labels
+    with pytest.raises(SettingsError, match="CHOIR_RERANK_MODEL=.*2 labels.*CHOIR_CLASSIFY_MODEL"):
+        await VllmPoolingEngine.create(stub, SimpleNamespace(served_model_name="m", model="m"), "test",
+                                       RoleModel("rerank", "/models/classify"))
+
+
 async def test_a_model_without_the_roles_task_is_refused_in_one_line():
     stub = StubPoolingLLM(torch.tensor([0.5]))
     with pytest.raises(SettingsError, match="CHOIR_EMBEDDING_MODEL=.*cannot serve embed.*--convert embed") as raised:
         await VllmPoolingEngine.create(stub, SimpleNamespace(served_model_name="m", model="m"), "test",
                                        RoleModel("embed", "/models/embed"))
     assert "\n" not in str(raised.value)
+    stub.model_config.hf_config = LabelConfig(1, {0: "relevance"})
     created = await VllmPoolingEngine.create(stub, SimpleNamespace(served_model_name="m", model="m"), "test",
                                              RoleModel("rerank", "/models/embed"))
-    assert created.task == "classify"
+    assert created.task == "classify" and created.labels == ("relevance",)
 
 
 async def test_the_vector():

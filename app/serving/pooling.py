@@ -10,7 +10,12 @@ from core.errors import bad_request
 from plugins.engine.protocol import Prompt, Tokenizing
 
 T = TypeVar("T")
-POOLING_UNSERVED = {"priority": (0, "pooling requests are not scheduled by priority on this server")}
+POOLING_UNSERVED = {
+    "priority": (0, "pooling requests are not scheduled by priority on this server"),
+    "truncate_prompt_tokens": (None, "a query and document pair is not truncated on this server: send "
+                                     "max_tokens_per_doc to cut each document"),
+    "max_tokens_per_query": (0, "the query is not truncated on this server"),
+}
 
 
 def refuse_pooling_unserved(request: object) -> None:

@@ -24,14 +24,14 @@ from plugins.pipeline import Pipeline
 async def rerank(pipeline: Pipeline, request: RerankRequest, response_id: str) -> RerankResponse:
     model, engine = pooling_model(pipeline, "rerank", request.model)
     refuse_pooling_unserved(request)
-    if not request.documents:
+    documents = [request.documents] if isinstance(request.documents, str) else request.documents
+    if not documents:
         raise bad_request("documents is empty: send at least one document to rank.", "documents")
-    pipeline.fan_out.check_prompts(len(request.documents), 1, "documents")
-    texts = [doc if isinstance(doc, str) else doc.text for doc in request.documents]
-    pairs = [(request.query, text) for text in texts]
-    if request.max_tokens_per_doc is not None:
-        pairs = [(request.query, await _cut(engine, text, request.max_tokens_per_doc)) for text in texts]
-    prompts = await _pair_prompts(engine, pairs, [f"documents[{i}]" for i in range(len(texts))])
+    pipeline.fan_out.check_prompts(len(documents), 1, "documents")
+    texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
+    where = ["documents" if isinstance(request.documents, str) else f"documents[{i}]" for i in range(len(texts))]
+    prompts = await _pair_prompts(engine, [(request.query, text) for text in texts], where, "query",
+                                  request.max_tokens_per_doc)
     scores = await _scores(engine, prompts, response_id, request.use_activation)
     ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)[:request.top_n]
     results = [RerankResult(index=i, relevance_score=scores[i],
@@ -57,7 +57,8 @@ async def score(pipeline: Pipeline, request: ScoreRequest, response_id: str) -> 
                           "against every text_2, or as many of each to score pair by pair.", "text_2")
     pipeline.fan_out.check_prompts(len(seconds), 1, "text_2")
     where = [f"text_2[{i}]" if isinstance(request.text_2, list) else "text_2" for i in range(len(seconds))]
-    prompts = await _pair_prompts(engine, list(zip(firsts, seconds, strict=True)), where)
+    prompts = await _pair_prompts(engine, list(zip(firsts, seconds, strict=True)), where, "text_1",
+                                  request.max_tokens_per_doc)
     scores = await _scores(engine, prompts, response_id, request.use_activation)
     tokens = usage_tokens(prompts)
     return ScoreResponse(id=response_id, created=now(), model=model,
@@ -65,19 +66,17 @@ async def score(pipeline: Pipeline, request: ScoreRequest, response_id: str) -> 
                          usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens))
 
 
-async def _cut(engine: PoolingEngine, text: str, tokens: int) -> str:
-    """The text's first `tokens` tokens, as text (vLLM cuts a document so before pairing it with the query)."""
-    [prompt] = await engine.render_completion([text], RenderOptions(add_special_tokens=False,
-                                                                    truncate_prompt_tokens=tokens,
-                                                                    truncation_side="right"))
-    return text if len(prompt.token_ids) < tokens else engine.detokenize(prompt.token_ids)
-
-
-async def _pair_prompts(engine: PoolingEngine, pairs: list[tuple[str, str]], where: list[str]) -> list[Prompt]:
+async def _pair_prompts(engine: PoolingEngine, pairs: list[tuple[str, str]], where: list[str], first_field: str,
+                        max_second_tokens: int | None) -> list[Prompt]:
     prompts = []
     for (first, second), field in zip(pairs, where, strict=True):
-        prompt = await engine.render_pair(first, second)
-        check_fits(engine, prompt, field, "Its pair with the query is too long: shorten one of them.")
+        prompt = await engine.render_pair(first, second, max_second_tokens)
+        if len(prompt.token_ids) > engine.max_model_len:
+            [alone] = await engine.render_completion([first], RenderOptions(add_special_tokens=False))
+            if len(alone.token_ids) >= engine.max_model_len:  # the query is too long by itself
+                field = first_field
+        check_fits(engine, prompt, field, "Its pair is too long: shorten the query or the document (or set "
+                                          "max_tokens_per_doc).")
         prompts.append(prompt)
     return prompts
 

@@ -18,13 +18,16 @@ class RerankDocument(msgspec.Struct, kw_only=True):
 class RerankRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     query: str
-    documents: list[str | RerankDocument]
+    documents: str | list[str | RerankDocument]  # one string: one document (vLLM's)
     top_n: Annotated[int, Meta(ge=1)] | None = None  # the best n results; None: every document
     return_documents: bool = True  # each result's `document` (vLLM always returns it; Cohere's SDK may ask not to)
     max_tokens_per_doc: Annotated[int, Meta(ge=1)] | None = None  # Cohere's and vLLM's: each document cut to this
     use_activation: bool | None = None  # vLLM's: false gives the raw logit, not the sigmoid's relevance
     request_id: RequestId | None = None
     priority: int = 0  # vLLM's: served on generation only (a non-zero value is a 400 here)
+    # vLLM's truncation of the pair and of the query: not served (a 400 unless at their defaults)
+    truncate_prompt_tokens: int | None = None
+    max_tokens_per_query: int = 0
 
 
 class RerankUsage(msgspec.Struct, kw_only=True):
@@ -54,6 +57,9 @@ class ScoreRequest(msgspec.Struct, kw_only=True):
     use_activation: bool | None = None
     request_id: RequestId | None = None
     priority: int = 0
+    max_tokens_per_doc: Annotated[int, Meta(ge=1)] | None = None  # each text_2 cut to this many tokens
+    truncate_prompt_tokens: int | None = None  # vLLM's: not served (a 400 unless null)
+    max_tokens_per_query: int = 0  # vLLM's: not served (a 400 unless 0)
 
 
 class PoolingUsage(msgspec.Struct, kw_only=True):

@@ -101,8 +101,9 @@ class EngineConfig:
                 yield
             finally:
                 drain.uninstall()
-                app.state.pop(self.state_key, None)
-                app.state.pop(self.engine_state_key, None)
+                for key in (self.state_key, self.engine_state_key, self.parsers_state_key,
+                            self.runtime_lora_state_key):
+                    app.state.pop(key, None)
 
     def provide_engine(self, state: State) -> Engine:
         return state[self.engine_state_key]

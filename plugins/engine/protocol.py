@@ -142,8 +142,8 @@ class PoolingEngine(Tokenizing, Protocol):
 
     async def classify(self, prompt: Prompt, request_id: str, activation: bool | None = None) -> list[float]: ...
 
-    async def render_pair(self, first: str, second: str) -> Prompt:
-        """A query and a document as one prompt for a cross-encoder."""
+    async def render_pair(self, first: str, second: str, max_second_tokens: int | None = None) -> Prompt:
+        """A query and a document as one prompt for a cross-encoder (the document cut to max_second_tokens)."""
         ...
 
     async def abort_all(self) -> int: ...

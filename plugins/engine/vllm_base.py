@@ -20,6 +20,7 @@ from plugins.engine.vllm_errors import rejection, reraise
 # Short prompts (characters, or token ids) are rendered on the event loop; long ones still go to the
 # pool, so the loop is never held for long.
 SMALL_PROMPT = 8192
+TOKENIZE_CACHE_SIZE = 256  # distinct RenderOptions kept (each a few hundred bytes)
 
 
 class VllmBase:
@@ -57,6 +58,8 @@ class VllmBase:
         lengths itself (clear messages, the right `param`), so vLLM's check is off."""
         params = self._tokenize_cache.get(options)
         if params is None:
+            if len(self._tokenize_cache) >= TOKENIZE_CACHE_SIZE:  # clients choose truncation lengths: bounded
+                self._tokenize_cache.clear()
             params = self._tokenize_cache[options] = self._tokenize_params(
                 max_total_tokens=None, add_special_tokens=options.add_special_tokens,
                 needs_detokenization=options.detokenize, truncate_prompt_tokens=options.truncate_prompt_tokens,

@@ -4,14 +4,21 @@ one with a single label) gives one probability per label, per prompt or per quer
 
 import asyncio
 from contextlib import aclosing
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.errors import APIError, stopped_by_server
 from core.settings import RoleModel, SettingsError
 from plugins.engine.protocol import EngineDead, Prompt
 from plugins.engine.roles import ROLES
-from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase, prompt_of
+from plugins.engine.vllm_base import SMALL_PROMPT, VllmBase
 from plugins.engine.vllm_errors import reraise
+
+
+class _Pair(NamedTuple):
+    """A query and document pair's engine input: the tokens, and where the document's segment starts."""
+
+    prompt: dict[str, Any]
+    token_types: int | None
 
 
 class VllmPoolingEngine(VllmBase):
@@ -28,8 +35,11 @@ class VllmPoolingEngine(VllmBase):
             self.matryoshka_dimensions: tuple[int, ...] | None = tuple(int(d) for d in dimensions)
         else:
             self.matryoshka_dimensions = () if config.is_matryoshka else None
-        id2label = getattr(config.hf_config, "id2label", None) or {}
-        self.labels = tuple(id2label.get(i) for i in range(int(getattr(config.hf_config, "num_labels", 0) or 0)))
+        # As vLLM sizes the classifier head: the model's num_labels, else its text model's (a VLM's).
+        hf_config = config.hf_config
+        labels = hf_config.num_labels if hf_config.num_labels != 2 else hf_config.get_text_config().num_labels
+        id2label = getattr(hf_config, "id2label", None) or {}
+        self.labels = tuple(id2label.get(i) for i in range(int(labels))) if self.task == "classify" else ()
         # A cross-encoder's pair: the tokenizer's own pair encoding (its separator), or the two texts joined
         # for an LLM turned reranker (vLLM's `use_sep_token`, in the model's config).
         self._pair_separated = bool(config.use_sep_token)
@@ -44,22 +54,44 @@ class VllmPoolingEngine(VllmBase):
             raise SettingsError(f"{variable}={model.model!r} cannot serve {model.role}: vLLM's pooling runner "
                                 f"gives it {', '.join(tasks) or 'no task'}, not {task}. Name a model with that head "
                                 f"(or convert it: {flags}='--convert {task}').")
-        return cls(engine, engine_args, version, model)
+        served = cls(engine, engine_args, version, model)
+        if model.role == "rerank" and len(served.labels) != 1:
+            raise SettingsError(f"{model.variables[0]}={model.model!r} has {len(served.labels)} labels: a reranker "
+                                "(a cross-encoder) gives one score per pair, so it has one label. Serve a classifier "
+                                "with CHOIR_CLASSIFY_MODEL.")
+        return served
 
-    async def render_pair(self, first: str, second: str) -> Prompt:
-        """A query and a document as one prompt, as vLLM's cross-encoder scoring tokenizes them."""
+    async def render_pair(self, first: str, second: str, max_second_tokens: int | None = None) -> Prompt:
+        """A query and a document as one prompt, as vLLM's cross-encoder scoring tokenizes them: the document
+        cut to `max_second_tokens` first; the segment ids a BERT-style model reads (token_type_ids) kept."""
+        from vllm.entrypoints.pooling.scoring.utils import (
+            compress_token_type_ids,
+            get_num_special_tokens_for_pair,
+            truncate_text_to_tokens,
+        )
+
         tokenizer = self._engine.renderer.tokenizer
 
-        def encode() -> list[int]:
-            if self._pair_separated:
-                return list(tokenizer(text=first, text_pair=second)["input_ids"])
-            return list(tokenizer(text=first + second)["input_ids"])
+        def encode() -> _Pair:
+            cut = second if max_second_tokens is None else truncate_text_to_tokens(second, tokenizer,
+                                                                                   max_second_tokens)
+            if not self._pair_separated:
+                encoding = tokenizer(text=first + cut)
+            elif max_second_tokens is None:
+                encoding = tokenizer(text=first, text_pair=cut)
+            else:
+                limit = len(tokenizer.encode(first, add_special_tokens=False)) + max_second_tokens + \
+                    get_num_special_tokens_for_pair(tokenizer)
+                encoding = tokenizer(text=first, text_pair=cut, truncation="only_second", max_length=limit)
+            types = encoding.get("token_type_ids")
+            return _Pair({"prompt_token_ids": list(encoding["input_ids"])},
+                         None if types is None else compress_token_type_ids(list(types)))
 
         try:
-            ids = encode() if len(first) + len(second) <= SMALL_PROMPT else await asyncio.to_thread(encode)
+            pair = encode() if len(first) + len(second) <= SMALL_PROMPT else await asyncio.to_thread(encode)
         except Exception as exc:
             reraise(exc)
-        return prompt_of({"prompt_token_ids": ids})
+        return Prompt(token_ids=pair.prompt["prompt_token_ids"], text=None, engine_input=pair)
 
     async def embed(self, prompt: Prompt, request_id: str, dimensions: int | None = None,
                     normalize: bool | None = None) -> list[float]:
@@ -74,13 +106,18 @@ class VllmPoolingEngine(VllmBase):
     async def _pool(self, prompt: Prompt, request_id: str, **params: Any) -> list[float]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
+        engine_input = prompt.engine_input
+        if isinstance(engine_input, _Pair):
+            if engine_input.token_types is not None:  # where the document's segment starts (vLLM's own key)
+                params["extra_kwargs"] = {"compressed_token_type_ids": engine_input.token_types}
+            engine_input = engine_input.prompt
         try:
             pooling = self._pooling_params(**params)
         except Exception as exc:
             reraise(exc)
         output = None
         try:
-            async with aclosing(self._engine.encode(prompt.engine_input, pooling, request_id)) as outputs:
+            async with aclosing(self._engine.encode(engine_input, pooling, request_id)) as outputs:
                 async for output in outputs:  # noqa: B007 (the last one is the answer)
                     pass
         except EngineDeadError as exc:

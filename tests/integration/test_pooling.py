@@ -77,6 +77,17 @@ def test_cohere_sdk_v2_and_v1_rerank(pooling_server, http):
     assert raised.value.status_code == 400 and raised.value.body["error"]["param"] == "model"
 
 
+def test_max_tokens_per_doc_cuts_a_long_document_to_fit(http):
+    long = "cats purr " * 400  # past the 512-token context as it is
+    assert http.post("/rerank", json={"query": QUERY, "documents": [long]}).status_code == 400
+    body = http.post("/rerank", json={"query": QUERY, "documents": [long, DOCS[0]], "max_tokens_per_doc": 50}).json()
+    query = len(http.post("/tokenize", json={"model": "choir-tiny-rerank", "prompt": QUERY,
+                                             "add_special_tokens": False}).json()["tokens"])
+    assert body["usage"]["prompt_tokens"] <= 2 * (query + 50 + 2)  # each document at most 50 tokens
+    assert {r["index"] for r in body["results"]} == {0, 1}
+    assert next(r for r in body["results"] if r["index"] == 0)["document"]["text"] == long  # as sent
+
+
 def test_classify_over_the_models_labels(http):
     body = http.post("/classify", json={"input": ["I love it", "I hate it", "meh"]}).json()
     assert [d["index"] for d in body["data"]] == [0, 1, 2] and body["model"] == "choir-tiny-classify"
