@@ -1,0 +1,75 @@
+"""Stored responses: save one when it ends, read it back (its owner's only), delete it, page its input
+items. A response another key made, or one past its time to live, is not there (a 404 to the caller)."""
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from plugins.store.models import StoredResponse
+
+
+class ResponseRepository(SQLAlchemyAsyncRepository[StoredResponse]):
+    model_type = StoredResponse
+
+
+def owner_of(key: bytes | None) -> str:
+    """Who a stored object belongs to: a digest of the API key (never the key), "" on an open server."""
+    return hashlib.sha256(key).hexdigest() if key else ""
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    items: list[dict[str, Any]]
+    has_more: bool
+
+
+class ResponseStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl: int | None) -> None:
+        self.sessions, self.ttl = sessions, ttl
+
+    async def save(self, owner: str, body: dict[str, Any], input_items: list[dict[str, Any]],
+                   conversation: list[dict[str, Any]]) -> None:
+        now = int(time.time())
+        row = StoredResponse(id=body["id"], owner=owner, created_at=now,
+                             expires_at=now + self.ttl if self.ttl else None, body=body, input_items=input_items,
+                             conversation=conversation)
+        async with self.sessions() as session:
+            await ResponseRepository(session=session).add(row, auto_commit=True)
+
+    async def get(self, owner: str, response_id: str) -> StoredResponse | None:
+        async with self.sessions() as session:
+            row = await ResponseRepository(session=session).get_one_or_none(id=response_id, owner=owner)
+        if row is None or (row.expires_at is not None and row.expires_at <= time.time()):
+            return None
+        return row
+
+    async def delete(self, owner: str, response_id: str) -> bool:
+        async with self.sessions() as session:
+            repository = ResponseRepository(session=session)
+            row = await repository.get_one_or_none(id=response_id, owner=owner)
+            if row is None:
+                return False
+            await repository.delete(row.id, auto_commit=True)
+        return True
+
+    async def evict(self) -> int:
+        """Delete what is past its time to live."""
+        async with self.sessions() as session:
+            repository = ResponseRepository(session=session)
+            expired = await repository.list(StoredResponse.expires_at <= int(time.time()))
+            if expired:
+                await repository.delete_many([row.id for row in expired], auto_commit=True)
+        return len(expired)
+
+
+def page(items: list[dict[str, Any]], after: str | None, limit: int, order: Literal["asc", "desc"]) -> ItemPage:
+    """OpenAI's cursor pagination: items in `order`, those after the item `after`, at most `limit`."""
+    ordered = items if order == "asc" else items[::-1]
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        ordered = ordered[ids.index(after) + 1:] if after in ids else []
+    return ItemPage(ordered[:limit], len(ordered) > limit)
