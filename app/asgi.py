@@ -23,6 +23,7 @@ from plugins.metrics import MetricsPlugin
 from plugins.parsers import ParsersPlugin
 from plugins.pipeline import PipelinePlugin, RequestDefaults
 from plugins.spec import SpecConfig, SpecPlugin, load_spec
+from plugins.store.plugin import StoreConfig, StorePlugin
 
 
 class ChoirApp(Litestar):
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                          f"Choir as one API process.")
     spec = spec or SpecConfig(compat=settings.compat)
     engine = EngineConfig(settings=settings, factories=factories)
+    store = StoreConfig(settings.store_url, settings.store_ttl, keyed=bool(settings.api_keys))
     try:
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:
@@ -116,8 +118,9 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                  ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine),
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
                                        settings.fanout_placement), engine,
-                                RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage)),
-                 EnginePlugin(engine), MetricsPlugin(), SpecPlugin(spec)],
+                                RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage),
+                                store),
+                 EnginePlugin(engine), StorePlugin(store), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         openapi_config=openapi_config(load_spec(spec.spec_dir)),

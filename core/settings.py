@@ -16,6 +16,8 @@ BUNDLED_MODEL_NAME = "choir-tiny"
 BUNDLED_LORA_DIR = PROJECT_ROOT / "models" / "choir-tiny-lora"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_STORE_URL = f"sqlite+aiosqlite:///{PROJECT_ROOT / '.choir' / 'store.sqlite3'}"
+DEFAULT_STORE_TTL = 30 * 24 * 3600  # as long as OpenAI keeps a stored response
 # Engine flags Choir sets from its own settings (its serving side needs the same values).
 OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
              "--reasoning-parser": "CHOIR_REASONING_PARSER"}
@@ -120,6 +122,9 @@ class Settings:
     grammar_compile_seconds: int = 10
     grammar_compilers: int = 1
     drain_seconds: int = 30
+    # Where stored responses live (an SQLAlchemy async URL); None: nothing is stored (CHOIR_STORE=off).
+    store_url: str | None = None
+    store_ttl: int | None = None  # seconds a stored response lives (CHOIR_STORE_TTL; 0: until deleted)
     log_level: str = "info"
     compat: str = "sglang"
     api_keys: tuple[str, ...] = ()
@@ -201,6 +206,8 @@ class Settings:
             grammar_compile_seconds=_positive_int(env, "CHOIR_GRAMMAR_COMPILE_SECONDS", 10),
             grammar_compilers=_positive_int(env, "CHOIR_GRAMMAR_COMPILERS", 1),
             drain_seconds=_positive_int(env, "CHOIR_DRAIN_SECONDS", 30),
+            store_url=_store_url(env),
+            store_ttl=_store_ttl(env),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",
             api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),
@@ -342,6 +349,31 @@ def _front_end_flags(env: dict[str, str], flags: tuple[str, ...]) -> tuple[tuple
                                 "CHOIR_ENGINE_ARGS disagree: set one of them.")
         api_servers = from_flag
     return tuple(kept), api_servers, headless
+
+
+def _store_url(env: dict[str, str]) -> str | None:
+    """CHOIR_STORE=off: no store. CHOIR_STORE_URL, else a SQLite file in the project (shared by the API
+    processes of one host)."""
+    if not _boolean(env, "CHOIR_STORE", True):
+        return None
+    url = env.get("CHOIR_STORE_URL") or DEFAULT_STORE_URL
+    if not url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        raise SettingsError(f"CHOIR_STORE_URL={url!r} is not an async SQLAlchemy URL Choir serves: use "
+                            "sqlite+aiosqlite:///path/to/file.sqlite3 or postgresql+asyncpg://user:pass@host/db.")
+    return url
+
+
+def _store_ttl(env: dict[str, str]) -> int | None:
+    raw = env.get("CHOIR_STORE_TTL")
+    if raw in (None, ""):
+        return DEFAULT_STORE_TTL
+    try:
+        ttl = int(raw)
+    except ValueError:
+        raise SettingsError(f"CHOIR_STORE_TTL={raw!r} is not a number of seconds.") from None
+    if ttl < 0:
+        raise SettingsError(f"CHOIR_STORE_TTL={raw!r} must be 0 (keep until deleted) or more seconds.")
+    return ttl or None
 
 
 def _positive_int(env: dict[str, str], name: str, default: int) -> int:

@@ -8,6 +8,7 @@ engine plugin's lifespan fills, and the compat rules from the route the spec plu
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from litestar import Request
 from litestar.config.app import AppConfig
@@ -23,6 +24,7 @@ from plugins.engine.protocol import Engine
 from plugins.engine.roles import Engines
 from plugins.fanout import FanOut
 from plugins.spec import operation_compat
+from plugins.store.plugin import StoreConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,11 @@ class Pipeline:
     engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
     parsers: Parsers | None = None  # the reasoning and tool parsers (plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
+    store: "ResponseStore | None" = None  # stored responses (plugins/store/), unless CHOIR_STORE=off
 
+
+if TYPE_CHECKING:
+    from plugins.store.responses import ResponseStore
 
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 
@@ -53,22 +59,24 @@ PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`, from the state the engine plugin's config (`engines`) names."""
 
-    __slots__ = ("defaults", "engines", "fan_out")
+    __slots__ = ("defaults", "engines", "fan_out", "store")
 
-    def __init__(self, fan_out: FanOut, engines: EngineConfig, defaults: RequestDefaults = NO_DEFAULTS) -> None:
-        self.fan_out, self.engines, self.defaults = fan_out, engines, defaults
+    def __init__(self, fan_out: FanOut, engines: EngineConfig, defaults: RequestDefaults = NO_DEFAULTS,
+                 store: StoreConfig | None = None) -> None:
+        self.fan_out, self.engines, self.defaults, self.store = fan_out, engines, defaults, store
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         fan_out, defaults = self.fan_out, self.defaults
         engine_key, engines_key, parsers_key = (self.engines.engine_state_key, self.engines.state_key,
                                                 self.engines.parsers_state_key)
+        store_key = self.store.state_key if self.store is not None else None
 
         def provide_pipeline(request: Request) -> Pipeline:
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
             state = request.app.state
             engine = state[engine_key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
-                            state.get(parsers_key), defaults)
+                            state.get(parsers_key), defaults, state.get(store_key) if store_key else None)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

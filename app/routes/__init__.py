@@ -7,10 +7,10 @@ from app.routes.embeddings import create_embedding
 from app.routes.invocations import invocations
 from app.routes.models import list_models, retrieve_model
 from app.routes.pooling import create_classification, create_rerank, create_score
-from app.routes.responses import create_response
+from app.routes.responses import create_response, delete_response, get_response, list_input_items
 from app.routes.tokenize import create_text, create_tokens
 
 ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_completion,
-                  create_batch_chat_completion, create_response, create_embedding, create_tokens, create_text,
-                  create_rerank, create_score, create_classification, load_lora_adapter, unload_lora_adapter,
-                  invocations]
+                  create_batch_chat_completion, create_response, get_response, delete_response, list_input_items,
+                  create_embedding, create_tokens, create_text, create_rerank, create_score, create_classification,
+                  load_lora_adapter, unload_lora_adapter, invocations]

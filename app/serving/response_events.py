@@ -47,9 +47,10 @@ def _item_id(prefix: str) -> str:
 
 
 class ResponseBuilder:
-    def __init__(self, job: ChatJob, request: ResponsesRequest) -> None:
-        self.job, self.request = job, request
+    def __init__(self, job: ChatJob, request: ResponsesRequest, store: bool = False) -> None:
+        self.job, self.request, self.store = job, request, store  # store: the response will be stored
         self.sequence = 0
+        self.closed: Response | None = None  # the response as it ended (completed or incomplete)
         self.output: list[OutputMessage | FunctionCallOutput | ReasoningOutput] = []
         self.reasoning: ReasoningOutput | None = None  # the reasoning item being streamed, if any
         self.text: OutputMessage | None = None  # the message item being streamed, if any
@@ -64,7 +65,8 @@ class ResponseBuilder:
                         top_p=request.top_p, parallel_tool_calls=request.parallel_tool_calls is not False,
                         tool_choice=msgspec.to_builtins(request.tool_choice) if request.tool_choice else "auto",
                         tools=request.tools or [], reasoning=request.reasoning or msgspec.UNSET,
-                        metadata=request.metadata or msgspec.UNSET, top_logprobs=self._top_logprobs, **fields)
+                        metadata=request.metadata or msgspec.UNSET, top_logprobs=self._top_logprobs,
+                        store=self.store, previous_response_id=request.previous_response_id, **fields)
 
     @property
     def _top_logprobs(self) -> int | None:
@@ -96,7 +98,8 @@ class ResponseBuilder:
                               output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens or 0),
                               total_tokens=input_tokens + output_tokens)
         incomplete = IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None
-        return self.response(status, usage=usage, incomplete_details=incomplete)
+        self.closed = self.response(status, usage=usage, incomplete_details=incomplete)
+        return self.closed
 
     # Streaming
 

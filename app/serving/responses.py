@@ -5,7 +5,7 @@ planned and run as one; its single choice is then told as a `response` object wi
 or streamed as the Responses lifecycle events.
 """
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -40,36 +40,16 @@ _RESPONSES_NAMES = {"max_completion_tokens": "max_output_tokens", "response_form
                     "reasoning_effort": "reasoning.effort"}
 
 
-def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
+def to_chat(request: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+    """`history`: the stored conversation `previous_response_id` continues (None: no store to read it from)."""
     if request.background:
-        # vLLM's words first (its tests match them), then why `store: true` would not help here
-        raise bad_request("background can only be used when `store` is true, and Choir stores no responses: "
-                          "leave `background` false (stream the response to follow it as it is made).",
-                          "background")
-    if request.previous_response_id is not None:
-        raise bad_request("previous_response_id is not supported: Choir keeps no responses. Send the whole "
-                          "conversation in `input`.", "previous_response_id")
-    messages: list[dict[str, Any]] = []
-    if request.instructions:
-        messages.append({"role": "system", "content": request.instructions})
-    if isinstance(request.input, str):
-        messages.append({"role": "user", "content": request.input})
-    else:
-        reasoning: str | None = None  # reasoning waiting for the assistant turn that follows it
-        for index, item in enumerate(request.input):
-            message = _message(index, item)
-            if "reasoning" in message:
-                previous = messages[-1] if messages else None
-                if previous is not None and previous["role"] == "assistant" and "reasoning" not in previous:
-                    previous["reasoning"] = message["reasoning"]  # the reasoning of the turn just sent
-                else:
-                    reasoning = message["reasoning"]
-                continue
-            if reasoning is not None and message["role"] == "assistant":
-                message["reasoning"], reasoning = reasoning, None
-            messages.append(message)
-        if reasoning is not None:  # reasoning last: an assistant turn of reasoning alone
-            messages.append({"role": "assistant", "content": "", "reasoning": reasoning})
+        raise bad_request("background mode is not served by this server: leave `background` false (stream the "
+                          "response to follow it as it is made).", "background")
+    if request.previous_response_id is not None and history is None:
+        raise bad_request("previous_response_id needs the response store, and this server runs without one "
+                          "(CHOIR_STORE=off): send the whole conversation in `input`.", "previous_response_id")
+    system = [{"role": "system", "content": request.instructions}] if request.instructions else []
+    messages = [*system, *(history or []), *turn_messages(request)]
     if not messages:
         raise bad_request("input must not be empty.", "input")
     body: dict[str, Any] = {"messages": messages, "stream": request.stream, "model": request.model,
@@ -98,6 +78,29 @@ def to_chat(request: ResponsesRequest) -> ChatCompletionRequest:
     return chat
 
 
+def turn_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """This request's input as chat messages (reasoning items go to the assistant turn they belong to)."""
+    if isinstance(request.input, str):
+        return [{"role": "user", "content": request.input}]
+    messages: list[dict[str, Any]] = []
+    reasoning: str | None = None  # reasoning waiting for the assistant turn that follows it
+    for index, item in enumerate(request.input):
+        message = _message(index, item)
+        if "reasoning" in message:
+            previous = messages[-1] if messages else None
+            if previous is not None and previous["role"] == "assistant" and "reasoning" not in previous:
+                previous["reasoning"] = message["reasoning"]  # the reasoning of the turn just sent
+            else:
+                reasoning = message["reasoning"]
+            continue
+        if reasoning is not None and message["role"] == "assistant":
+            message["reasoning"], reasoning = reasoning, None
+        messages.append(message)
+    if reasoning is not None:  # reasoning last: an assistant turn of reasoning alone
+        messages.append({"role": "assistant", "content": "", "reasoning": reasoning})
+    return messages
+
+
 def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind not in _ITEM_TYPES:
@@ -123,13 +126,18 @@ def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
     return {"role": parsed.role, "content": content}
 
 
-async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str,
-                        created: int) -> tuple[ChatJob, ResponseBuilder]:
+async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str, created: int,
+                        history: list[dict[str, Any]] | None = None,
+                        store: bool = False) -> tuple[ChatJob, ResponseBuilder]:
     try:
-        job = await plan_chat(pipeline, to_chat(request), response_id, created)
+        job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
     except APIError as exc:
+        if history and exc.param == "messages" and "context length" in exc.message:
+            raise bad_request(f"{exc.message} The conversation previous_response_id continues is too long for "
+                              "the model: start a new one, or send a shorter input.", "previous_response_id") \
+                from None
         raise _in_responses_terms(exc) from None
-    return job, ResponseBuilder(job, request)
+    return job, ResponseBuilder(job, request, store)
 
 
 def _in_responses_terms(error: APIError) -> APIError:
@@ -159,9 +167,12 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
                          logprobs.content if logprobs else None)
 
 
-async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder,
-                          counts: TokenCounts) -> AsyncGenerator[bytes, None]:
-    """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
+async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts,
+                          on_close: Callable[[Response], Awaitable[None]] | None = None
+                          ) -> AsyncGenerator[bytes, None]:
+    """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream.
+    `on_close` gets the response as it ended before its closing events go out (a client that reads them may
+    continue it at once)."""
     reader, outbox = job.output(), Outbox(len(job.choices))
     tokens: list[int] = []
     started, cached = False, None
@@ -183,6 +194,8 @@ async def stream_response(aggregator: Aggregator, job: ChatJob, builder: Respons
                     counts.completion_tokens = len(tokens)
                     events += builder.finish(completion.finish_reason, len(tokens), reader.streamed_reasoning_tokens(),
                                              cached)
+                    if on_close is not None and builder.closed is not None:
+                        await on_close(builder.closed)
             if item := outbox.send([named_frame(*event) for event in events], finished):
                 yield item
     yield outbox.close()

@@ -1,4 +1,4 @@
-"""/v1/responses wire types: the OpenAI Responses API, the part Choir serves (no stored state)."""
+"""/v1/responses wire types: the OpenAI Responses API, the part Choir serves."""
 
 from typing import Annotated, Any, Literal
 
@@ -119,10 +119,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     # Choir has nothing to add for the other values OpenAI defines, which are accepted.
     include: list[str] | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
-    # OpenAI's default is true; Choir stores nothing and says so: the response echoes `store: false`.
+    # OpenAI's default (null) is true: stored unless the server runs with CHOIR_STORE=off (the response says).
     store: bool | None = None
-    background: bool = False  # refused: a background response must be stored, and Choir keeps no state
-    previous_response_id: str | None = None
+    background: bool = False  # refused: background mode is not served
+    previous_response_id: str | None = None  # a stored response this one continues
     user: str | None = None
     metadata: dict[str, str] | None = None
 
@@ -218,7 +218,8 @@ class Response(msgspec.Struct, kw_only=True):
     tool_choice: Any = "auto"
     tools: list[FunctionTool] = []
     top_logprobs: int | None = None
-    store: bool = False
+    store: bool = False  # whether it is stored (GET /v1/responses/{id}, previous_response_id)
+    previous_response_id: str | None = None
     text: TextConfig | UnsetType = UNSET
     reasoning: ReasoningConfig | UnsetType = UNSET
     metadata: dict[str, str] | UnsetType = UNSET
@@ -239,3 +240,19 @@ class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     text: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
     logprobs: list[DeltaLogprob] | UnsetType = UNSET
+
+
+class ResponseItemList(msgspec.Struct, kw_only=True):
+    """A page of a stored response's input items (OpenAI's cursor page: `after` an item id)."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class DeletedResponse(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True

@@ -27,14 +27,15 @@ from core.protocol.pooling import (
     ScoreRequest,
     ScoreResponse,
 )
-from core.protocol.responses import Response, ResponseEvent, ResponsesRequest
+from core.protocol.responses import DeletedResponse, Response, ResponseEvent, ResponseItemList, ResponsesRequest
 from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
               ChatCompletionChunk, BatchChatCompletionRequest, ModelList, ErrorResponse, ResponsesRequest, Response,
-              ResponseEvent, TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest,
-              EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest, ScoreResponse, ClassificationRequest,
-              ClassificationResponse, LoadLoraAdapterRequest, UnloadLoraAdapterRequest]
+              ResponseEvent, ResponseItemList, DeletedResponse, TokenizeRequest, TokenizeResponse, DetokenizeRequest,
+              DetokenizeResponse, EmbeddingRequest, EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest,
+              ScoreResponse, ClassificationRequest, ClassificationResponse, LoadLoraAdapterRequest,
+              UnloadLoraAdapterRequest]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

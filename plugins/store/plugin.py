@@ -1,4 +1,5 @@
-"""StorePlugin: the response store's lifecycle, wired into the app. advanced-alchemy's config owns the
+"""StorePlugin: the response store's lifecycle, wired into the app (SQLAlchemy is imported only when a store
+is configured and the app starts). advanced-alchemy's config owns the
 engine and its session maker (its lifespan creates the tables and disposes of the engine); this plugin adds
 that lifespan and puts a `ResponseStore` in the app state under the config's key. Nothing runs per request
 unless a request is stateful: no session is opened for a plain one (no before-send hook, no dependency)."""
@@ -6,20 +7,19 @@ unless a request is stateful: no session is opened for a plain one (no before-se
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar
 from litestar.config.app import AppConfig
 from litestar.plugins import InitPlugin
 
-from plugins.store.models import StoreBase
-from plugins.store.responses import ResponseStore
-
 
 @dataclass
 class StoreConfig:
     url: str | None  # an SQLAlchemy async URL (sqlite+aiosqlite:///..., postgresql+asyncpg://...); None: no store
     ttl: int | None = None  # seconds a stored response lives (None: until deleted)
+    keyed: bool = False  # the server has API keys: each key sees only what it stored
     state_key: str = "response_store"
     _alchemy: Any = field(default=None, init=False, repr=False)
 
@@ -29,18 +29,24 @@ class StoreConfig:
         if self._alchemy is None:
             from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
+            from plugins.store.models import StoreBase
+
             self._alchemy = SQLAlchemyAsyncConfig(connection_string=self.url, metadata=StoreBase.metadata,
                                                   create_all=True, set_default_exception_handler=False)
         return self._alchemy
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
+        if self.url is not None and self.url.startswith("sqlite+aiosqlite:///"):
+            Path(self.url.removeprefix("sqlite+aiosqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         async with self.alchemy.lifespan(app):
             if self.url is not None and self.url.startswith("sqlite"):
                 async with self.alchemy.get_engine().begin() as connection:
                     # One file, several API processes: readers never wait for the writer.
                     await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-            store = ResponseStore(self.alchemy.create_session_maker(), self.ttl)
+            from plugins.store.responses import ResponseStore
+
+            store = ResponseStore(self.alchemy.create_session_maker(), self.ttl, self.keyed)
             if self.ttl:
                 await store.evict()
             app.state[self.state_key] = store

@@ -3,13 +3,37 @@ items. A response another key made, or one past its time to live, is not there (
 
 import hashlib
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import structlog
+from advanced_alchemy.exceptions import RepositoryError
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.errors import APIError
 from plugins.store.models import StoredResponse
+
+log = structlog.get_logger("choir.store")
+
+
+class StoreUnavailable(APIError):
+    def __init__(self) -> None:
+        super().__init__(503, "The response store is unavailable: stored responses cannot be saved or read now. "
+                              "Requests with `store: false` and no previous_response_id are served as usual.")
+
+
+@asynccontextmanager
+async def _reachable() -> AsyncIterator[None]:
+    """A database that is down or unreachable is a 503 for the stateful call, not a 500."""
+    try:
+        yield
+    except (SQLAlchemyError, RepositoryError, OSError) as exc:
+        log.warning("response store unavailable", error=str(exc).split("\n")[0])
+        raise StoreUnavailable() from None
 
 
 class ResponseRepository(SQLAlchemyAsyncRepository[StoredResponse]):
@@ -28,8 +52,15 @@ class ItemPage:
 
 
 class ResponseStore:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl: int | None) -> None:
-        self.sessions, self.ttl = sessions, ttl
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl: int | None, keyed: bool = False) -> None:
+        self.sessions, self.ttl, self.keyed = sessions, ttl, keyed
+
+    def owner(self, authorization: bytes | None) -> str:
+        """Who a request stores for and reads as: its API key's digest when the server has keys (each key
+        sees only its own), else "" (an open server: everyone alike)."""
+        if not self.keyed or not authorization:
+            return ""
+        return owner_of(authorization.split(b" ", 1)[-1].strip())
 
     async def save(self, owner: str, body: dict[str, Any], input_items: list[dict[str, Any]],
                    conversation: list[dict[str, Any]]) -> None:
@@ -37,18 +68,18 @@ class ResponseStore:
         row = StoredResponse(id=body["id"], owner=owner, created_at=now,
                              expires_at=now + self.ttl if self.ttl else None, body=body, input_items=input_items,
                              conversation=conversation)
-        async with self.sessions() as session:
+        async with _reachable(), self.sessions() as session:
             await ResponseRepository(session=session).add(row, auto_commit=True)
 
     async def get(self, owner: str, response_id: str) -> StoredResponse | None:
-        async with self.sessions() as session:
+        async with _reachable(), self.sessions() as session:
             row = await ResponseRepository(session=session).get_one_or_none(id=response_id, owner=owner)
         if row is None or (row.expires_at is not None and row.expires_at <= time.time()):
             return None
         return row
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        async with self.sessions() as session:
+        async with _reachable(), self.sessions() as session:
             repository = ResponseRepository(session=session)
             row = await repository.get_one_or_none(id=response_id, owner=owner)
             if row is None:

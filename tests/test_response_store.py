@@ -1,0 +1,153 @@
+"""Stored responses over a fake engine and a real SQLite store (a file per test): store, retrieve, delete,
+input items, previous_response_id, ownership by API key, CHOIR_STORE=off, and a store that is down."""
+
+import pytest
+from litestar.testing import TestClient
+from sqlalchemy.exc import OperationalError
+
+from app.asgi import create_app
+from core.settings import Settings
+from tests.fakes import FakeEngine, fake_engine_factory
+from tests.sse import sse_payloads
+
+PATH = "/v1/responses"
+
+
+def make_client(tmp_path, store=True, max_model_len=1024, **settings):
+    engine = FakeEngine(max_model_len=max_model_len)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}" if store else None
+    app = create_app(Settings(served_model_name="fake-model", store_url=url, **settings),
+                     engine_factory=fake_engine_factory(engine))
+    return TestClient(app), engine
+
+
+@pytest.fixture
+def served(tmp_path):
+    client, engine = make_client(tmp_path)
+    with client:
+        yield client, engine
+
+
+def test_a_response_is_stored_retrieved_and_deleted(served):
+    client, _ = served
+    created = client.post(PATH, json={"input": "hi", "instructions": "be brief"}).json()
+    assert created["store"] is True and created["status"] == "completed"
+    got = client.get(f"{PATH}/{created['id']}")
+    assert got.status_code == 200 and got.json() == created
+    items = client.get(f"{PATH}/{created['id']}/input_items").json()
+    assert items["object"] == "list" and items["has_more"] is False
+    [item] = items["data"]
+    assert item["type"] == "message" and item["role"] == "user" and item["id"].startswith("msg_")
+    assert item["content"] == [{"type": "input_text", "text": "hi"}]
+    assert items["first_id"] == items["last_id"] == item["id"]
+    deleted = client.delete(f"{PATH}/{created['id']}")
+    assert deleted.status_code == 200 and deleted.json() == {"id": created["id"], "object": "response",
+                                                             "deleted": True}
+    for response in (client.get(f"{PATH}/{created['id']}"), client.delete(f"{PATH}/{created['id']}"),
+                     client.get(f"{PATH}/{created['id']}/input_items")):
+        assert response.status_code == 404 and response.json()["error"]["param"] == "response_id"
+
+
+def test_store_false_stores_nothing(served):
+    client, _ = served
+    created = client.post(PATH, json={"input": "hi", "store": False}).json()
+    assert created["store"] is False
+    assert client.get(f"{PATH}/{created['id']}").status_code == 404
+
+
+def test_previous_response_id_continues_the_conversation_without_its_instructions(served):
+    client, engine = served
+    first = client.post(PATH, json={"input": "first question", "instructions": "be brief"}).json()
+    second = client.post(PATH, json={"input": "second question", "previous_response_id": first["id"],
+                                     "instructions": "be kind"}).json()
+    assert second["previous_response_id"] == first["id"] and second["status"] == "completed"
+    answer = first["output"][0]["content"][0]["text"]
+    assert engine.calls[-1].prompt.text == (f"<system>be kind<user>first question<assistant>{answer}"
+                                            "<user>second question<assistant>")
+    third = client.post(PATH, json={"input": "third", "previous_response_id": second["id"], "stream": True})
+    assert third.status_code == 200
+    assert engine.calls[-1].prompt.text.startswith("<user>first question<assistant>")
+    assert "<user>second question<assistant>" in engine.calls[-1].prompt.text
+    completed = [p for p in sse_payloads(third.text) if '"response.completed"' in p]
+    assert completed and '"store":true' in completed[0]
+
+
+def test_a_streamed_response_is_stored_before_its_last_event(served):
+    client, _ = served
+    streamed = client.post(PATH, json={"input": "hi", "stream": True}, headers={"X-Request-Id": "s1"})
+    assert streamed.status_code == 200
+    stored = client.get(f"{PATH}/resp_s1").json()
+    assert stored["status"] == "completed" and stored["store"] is True
+
+
+def test_a_continued_conversation_over_the_context_is_a_400_naming_previous_response_id(tmp_path):
+    client, _ = make_client(tmp_path, max_model_len=64)
+    with client:
+        first = client.post(PATH, json={"input": "first question"}).json()
+        response = client.post(PATH, json={"input": "second", "previous_response_id": first["id"]})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "previous_response_id"
+        assert client.post(PATH, json={"input": "second"}).status_code == 200  # fits without the conversation
+
+
+def test_unknown_previous_response_id_is_a_404(served):
+    client, engine = served
+    response = client.post(PATH, json={"input": "x", "previous_response_id": "resp_nope"})
+    assert response.status_code == 404 and response.json()["error"]["param"] == "previous_response_id"
+    assert engine.calls == []
+
+
+def test_input_items_pages_as_openai(served):
+    client, _ = served
+    items = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+    created = client.post(PATH, json={"input": items}).json()
+    base = f"{PATH}/{created['id']}/input_items"
+    newest = client.get(base, params={"limit": 2}).json()  # desc by default
+    assert [i["content"][0]["text"] for i in newest["data"]] == ["m4", "m3"] and newest["has_more"] is True
+    rest = client.get(base, params={"limit": 2, "after": newest["last_id"]}).json()
+    assert [i["content"][0]["text"] for i in rest["data"]] == ["m2", "m1"]
+    oldest = client.get(base, params={"order": "asc", "limit": 10}).json()
+    assert [i["content"][0]["text"] for i in oldest["data"]] == [f"m{i}" for i in range(5)]
+    assert oldest["has_more"] is False
+    bad = client.get(base, params={"limit": 0})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+
+
+def test_each_key_sees_only_what_it_stored(tmp_path):
+    client, _ = make_client(tmp_path, api_keys=("key-a", "key-b"))
+    a, b = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
+    with client:
+        created = client.post(PATH, json={"input": "secret"}, headers=a).json()
+        assert client.get(f"{PATH}/{created['id']}", headers=a).status_code == 200
+        for response in (client.get(f"{PATH}/{created['id']}", headers=b),
+                         client.delete(f"{PATH}/{created['id']}", headers=b),
+                         client.post(PATH, json={"input": "x", "previous_response_id": created["id"]}, headers=b)):
+            assert response.status_code == 404
+        assert client.get(f"{PATH}/{created['id']}", headers=a).status_code == 200  # b's delete did nothing
+        assert client.get(f"{PATH}/{created['id']}").status_code == 401
+
+
+def test_without_a_store_nothing_is_kept_and_previous_response_id_is_a_400(tmp_path):
+    client, _ = make_client(tmp_path, store=False)
+    with client:
+        created = client.post(PATH, json={"input": "hi"}).json()
+        assert created["store"] is False and client.get(f"{PATH}/{created['id']}").status_code == 404
+        response = client.post(PATH, json={"input": "x", "previous_response_id": created["id"]})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "previous_response_id"
+    assert not (tmp_path / "store.sqlite3").exists()
+
+
+def test_a_store_that_is_down_fails_stateful_calls_only(served):
+    client, _ = served
+    created = client.post(PATH, json={"input": "hi"}).json()
+    store = client.app.state["response_store"]
+
+    def down():
+        raise OperationalError("connect", {}, OSError("database is down"))
+
+    store.sessions = down
+    for response in (client.get(f"{PATH}/{created['id']}"), client.post(PATH, json={"input": "hi"}),
+                     client.post(PATH, json={"input": "x", "previous_response_id": created["id"]})):
+        assert response.status_code == 503 and "store" in response.json()["error"]["message"]
+    assert client.post(PATH, json={"input": "hi", "store": False}).status_code == 200
+    assert client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}).status_code \
+        == 200
