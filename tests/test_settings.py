@@ -215,3 +215,23 @@ def test_engines_on_one_gpu_must_fit_together(tmp_path):
         check_gpu_share(two("--gpu-memory-utilization 0.8", "--gpu-memory-utilization 0.1",
                             "--gpu-memory-utilization 0.1"))
     check_gpu_share(settings(tmp_path))  # one engine: nothing to share
+
+
+def test_the_response_store_settings(tmp_path):
+    from core.settings import DEFAULT_STORE_TTL, DEFAULT_STORE_URL
+
+    s = settings(tmp_path)
+    assert s.store_url == DEFAULT_STORE_URL and DEFAULT_STORE_URL.startswith("sqlite+aiosqlite:////")
+    assert s.store_ttl == DEFAULT_STORE_TTL
+    assert settings(tmp_path, CHOIR_STORE="off").store_url is None
+    assert settings(tmp_path, CHOIR_STORE_TTL="0").store_ttl is None  # until deleted
+    url = "postgresql+asyncpg://choir@127.0.0.1/choir"
+    assert settings(tmp_path, CHOIR_STORE_URL=url).store_url == url
+    assert Settings().store_url is None  # built in code (tests, benchmarks): no store unless given
+    for env, fragment in [({"CHOIR_STORE_URL": "sqlite:///x.db"}, "CHOIR_STORE_URL"),
+                          ({"CHOIR_STORE_TTL": "soon"}, "CHOIR_STORE_TTL"),
+                          ({"CHOIR_STORE_TTL": "-1"}, "CHOIR_STORE_TTL"),
+                          ({"CHOIR_STORE": "maybe"}, "CHOIR_STORE")]:
+        with pytest.raises(SettingsError, match=fragment) as raised:
+            settings(tmp_path, **env)
+        assert "\n" not in str(raised.value)

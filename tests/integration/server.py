@@ -77,6 +77,8 @@ def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: in
 def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = False) -> Server:
     port = free_port()
     environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", **(env or {})}
+    # Each server stores its responses beside its log, not in the project's store.
+    environment.setdefault("CHOIR_STORE_URL", f"sqlite+aiosqlite:///{log_path.parent / 'store.sqlite3'}")
     log = log_path.open("w")
     command = ["-m", "app.serve"] if serve else ["-m", "uvicorn", "--factory", "app.asgi:create_app"]
     process = subprocess.Popen(

@@ -46,6 +46,26 @@ def two(tmp_path_factory) -> Server:
     server.stop()
 
 
+def test_a_response_stored_by_one_process_is_continued_by_the_other(two):
+    """Both API processes share one store (a SQLite file in WAL mode): each continuation below is served by
+    whichever process accepts it, and every one finds its parent whichever stored it."""
+    def request_lines() -> list[dict]:
+        return [json.loads(line) for line in two.log().splitlines()
+                if line.startswith("{") and json.loads(line).get("event") == "request"]
+
+    previous, seen = None, len(request_lines())
+    for _ in range(12):  # a new connection each
+        body = {"model": "choir-tiny", "input": "hi", "max_output_tokens": 2, "previous_response_id": previous}
+        reply = httpx.post(f"{two.base_url}/v1/responses", json={k: v for k, v in body.items() if v}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        previous = reply.json()["id"]
+    lines = [line for line in request_lines()[seen:] if line["path"] == "/v1/responses"]
+    by_id = {line["request_id"]: line["api_server"] for line in lines}
+    assert len(set(by_id.values())) == 2  # both processes stored and continued
+    final = httpx.get(f"{two.base_url}/v1/responses/{previous}", timeout=60).json()
+    assert final["previous_response_id"] and final["store"] is True
+
+
 def test_both_processes_serve_one_engine(two):
     ids = set()
     for _ in range(24):  # a new connection each: the kernel hands each to whichever process accepts it

@@ -95,7 +95,7 @@ def test_responses_emit_reasoning_items(rclient, reasoning_server):
     done = next(e for e in events if e.type == "response.reasoning_text.done")
     assert deltas == done.text
     kept = rclient.responses.create(model="choir-tiny", input="Think.", max_output_tokens=4, store=True)
-    assert kept.store is False  # tolerated: nothing is stored, and the response says so
+    assert kept.store is True  # stored (the server's store is on), and the response says so
     later = rclient.responses.create(model="choir-tiny", max_output_tokens=4, input=[
         {"role": "user", "content": "Think."},
         {"type": "reasoning", "id": reasoning.id, "summary": [], "content": [{"type": "reasoning_text",

@@ -63,13 +63,23 @@ def test_responses_forced_function_call(client, model):
     jsonschema.validate(json.loads(call.arguments), parameters)
 
 
-def test_responses_store_true_is_tolerated(client, model):
-    """OpenAI's default: accepted, nothing stored, and the response says so."""
-    response = client.responses.create(model=model, input="x", store=True, max_output_tokens=2)
-    assert response.status == "incomplete" and response.store is False
-    with pytest.raises(openai.BadRequestError) as raised:
-        client.responses.create(model=model, input="x", previous_response_id=response.id)
+def test_responses_are_stored_and_continued_through_the_sdk(client, model):
+    """OpenAI's default (`store` true): stored, retrieved, continued, listed, deleted, with the SDK's own calls."""
+    first = client.responses.create(model=model, input="x", store=True, max_output_tokens=2)
+    assert first.status == "incomplete" and first.store is True
+    assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
+    second = client.responses.create(model=model, input=[{"role": "user", "content": "y"}, {"role": "user",
+                                     "content": "z"}], previous_response_id=first.id, max_output_tokens=2)
+    assert second.previous_response_id == first.id and second.usage.input_tokens > first.usage.input_tokens
+    items = list(client.responses.input_items.list(second.id, limit=1, order="asc"))  # the SDK pages by `after`
+    assert [item.content[0].text for item in items] == ["y", "z"]
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.create(model=model, input="x", previous_response_id=first.id, max_output_tokens=2)
     assert raised.value.body["param"] == "previous_response_id"
+    assert client.responses.retrieve(second.id).id == second.id  # its own row stays
 
 
 def test_tool_choice_auto_without_tools(client, model):
