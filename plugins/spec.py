@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import yaml
 from litestar import Request, Router, route
+from litestar import Response as LitestarResponse
 from litestar.config.app import AppConfig
 from litestar.enums import HttpMethod
 from litestar.exceptions import ImproperlyConfiguredException
@@ -152,7 +153,7 @@ class SpecPlugin(InitPlugin):
         if missing:
             raise ImproperlyConfiguredException(
                 f"{self.config.spec_dir / 'openapi.yaml'} declares operations with no handler: {', '.join(missing)}.")
-        app_config.route_handlers = bound
+        app_config.route_handlers = _one_route_per_path(bound)
         return app_config
 
     def _check_last(self, app_config: AppConfig) -> None:
@@ -178,6 +179,28 @@ class SpecPlugin(InitPlugin):
             before_request=content_type_check(body_types) if body_types else None,
             opt={"compat": compat},
         )(fn)
+
+
+def _one_route_per_path(handlers: list[Any]) -> list[Any]:
+    """A path with several operations (GET and DELETE /v1/responses/{id}) gets its OPTIONS handler first, naming
+    them all: Litestar builds a path's OPTIONS answer when its first handler is registered, so its own would
+    leave the later methods out of `Allow`."""
+    by_path: dict[str, list[str]] = {}
+    for handler in handlers:
+        if isinstance(handler, HTTPRouteHandler):
+            by_path.setdefault(min(handler.paths), []).extend(handler.http_methods)
+    options = [_options(path, methods) for path, methods in by_path.items() if len(methods) > 1]
+    return [*options, *handlers]
+
+
+def _options(path: str, methods: list[str]) -> HTTPRouteHandler:
+    allow = ", ".join(sorted({*methods, "OPTIONS"}))
+
+    def options_handler() -> LitestarResponse[None]:
+        return LitestarResponse(content=None, status_code=204, headers={"Allow": allow})
+
+    return route(path, http_method=[HttpMethod.OPTIONS], include_in_schema=False, sync_to_thread=False,
+                 opt={"compat": OperationCompat()})(options_handler)
 
 
 def operation_compat(request: Request) -> OperationCompat:

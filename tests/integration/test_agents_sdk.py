@@ -11,17 +11,24 @@ pytestmark = pytest.mark.engine
 
 
 def test_a_second_run_continues_the_first_by_previous_response_id(server, model):
+    """The answer is a small JSON object (the agent's output type: a schema the engine enforces), so the random
+    model ends each turn itself, as an agent's turn must (an incomplete one is an error to the SDK)."""
     from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        ok: bool
 
     set_tracing_disabled(True)  # no traces leave the machine
     client = openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0, timeout=120)
     agent = Agent(name="brief", instructions="Answer briefly.",
                   model=OpenAIResponsesModel(model=model, openai_client=client),
-                  model_settings=ModelSettings(max_tokens=6, temperature=0))
+                  model_settings=ModelSettings(max_tokens=64, temperature=0), output_type=Verdict)
 
     async def two_turns() -> tuple[str, str]:
         first = await Runner.run(agent, "Hello there")
         second = await Runner.run(agent, "And again", previous_response_id=first.last_response_id)
+        assert isinstance(first.final_output, Verdict) and isinstance(second.final_output, Verdict)
         return first.last_response_id, second.last_response_id
 
     first_id, second_id = asyncio.run(two_turns())
