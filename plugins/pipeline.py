@@ -47,7 +47,12 @@ class Pipeline:
     engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
     parsers: Parsers | None = None  # the reasoning and tool parsers (plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
-    store: "ResponseStore | None" = None  # stored responses (plugins/store/), unless CHOIR_STORE=off
+    # Where the response store is in the app state (plugins/store/), if there is one: read by the stateful
+    # calls alone (`stored_responses`), so a plain request pays nothing for it.
+    store_key: str | None = None
+
+    def stored_responses(self, request: Request) -> "ResponseStore | None":
+        return request.app.state.get(self.store_key) if self.store_key is not None else None
 
 
 if TYPE_CHECKING:
@@ -69,14 +74,14 @@ class PipelinePlugin(InitPlugin):
         fan_out, defaults = self.fan_out, self.defaults
         engine_key, engines_key, parsers_key = (self.engines.engine_state_key, self.engines.state_key,
                                                 self.engines.parsers_state_key)
-        store_key = self.store.state_key if self.store is not None else None
+        store_key = self.store.state_key if self.store is not None and self.store.url is not None else None
 
         def provide_pipeline(request: Request) -> Pipeline:
             # Not a `state: State` parameter: Litestar would build a new State (with its lock) per request.
             state = request.app.state
             engine = state[engine_key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
-                            state.get(parsers_key), defaults, state.get(store_key) if store_key else None)
+                            state.get(parsers_key), defaults, store_key)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

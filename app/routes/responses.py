@@ -26,7 +26,7 @@ from plugins.store.responses import page
 async def create_response(data: SkipValidation[ResponsesRequest], request: Request,
                           pipeline: PipelineDependency) -> Response:
     begun = begin(request, pipeline, data, ResponsesRequest, "resp_")
-    body, store = begun.body, pipeline.store
+    body, store = begun.body, pipeline.stored_responses(request)
     owner = store.owner(authorization(request.scope)) if store is not None else ""
 
     async def answer() -> Response:
@@ -56,14 +56,14 @@ async def get_response(response_id: str, request: Request, pipeline: PipelineDep
                        stream: bool = False) -> ResponseObject:
     if stream:
         raise bad_request("Replaying a stored response as a stream is not served yet: leave `stream` out.", "stream")
-    store = pipeline.store
+    store = pipeline.stored_responses(request)
     owner = store.owner(authorization(request.scope)) if store is not None else ""
     return as_response(await stored(store, owner, response_id))
 
 
 @operation("deleteResponse")
 async def delete_response(response_id: str, request: Request, pipeline: PipelineDependency) -> DeletedResponse:
-    store = pipeline.store
+    store = pipeline.stored_responses(request)
     owner = store.owner(authorization(request.scope)) if store is not None else ""
     await stored(store, owner, response_id)  # a 404 unless it is this key's
     assert store is not None
@@ -77,7 +77,7 @@ async def list_input_items(response_id: str, request: Request, pipeline: Pipelin
                            order: Literal["asc", "desc"] = "desc") -> ResponseItemList:
     if not 1 <= limit <= 100:
         raise bad_request(f"limit must be from 1 to 100, not {limit}.", "limit")
-    store = pipeline.store
+    store = pipeline.stored_responses(request)
     owner = store.owner(authorization(request.scope)) if store is not None else ""
     row = await stored(store, owner, response_id)
     found = page(list(row.input_items), after, limit, order)
