@@ -151,3 +151,52 @@ def test_a_store_that_is_down_fails_stateful_calls_only(served):
     assert client.post(PATH, json={"input": "hi", "store": False}).status_code == 200
     assert client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}).status_code \
         == 200
+
+
+def test_a_store_that_cannot_start_leaves_the_server_serving(tmp_path):
+    """A database that is unreachable at start-up (here: its directory cannot be made) costs the stateful
+    calls a 503, never the server its start."""
+    (tmp_path / "file").write_text("not a directory")
+    engine = FakeEngine(max_model_len=1024)
+    app = create_app(Settings(served_model_name="fake-model", store_url=f"sqlite+aiosqlite:///{tmp_path}/file/s.db"),
+                     engine_factory=fake_engine_factory(engine))
+    with TestClient(app) as client:
+        assert client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}) \
+            .status_code == 200
+        assert client.post(PATH, json={"input": "hi", "store": False}).status_code == 200
+        calls = len(engine.calls)
+        stored = client.post(PATH, json={"input": "hi"})
+        assert stored.status_code == 503 and len(engine.calls) == calls  # refused before any generation
+
+
+def test_a_reused_request_id_is_a_409_before_any_generation(served):
+    client, engine = served
+    assert client.post(PATH, json={"input": "hi"}, headers={"X-Request-Id": "same"}).status_code == 200
+    calls = len(engine.calls)
+    again = client.post(PATH, json={"input": "hi"}, headers={"X-Request-Id": "same"})
+    assert again.status_code == 409 and again.json()["error"]["param"] == "request_id"
+    assert len(engine.calls) == calls
+    assert client.post(PATH, json={"input": "hi", "store": False}, headers={"X-Request-Id": "same"}).status_code \
+        == 200  # nothing to store, nothing taken
+
+
+def test_every_input_item_is_carried_and_a_second_delete_is_a_404(served):
+    client, engine = served
+    first = client.post(PATH, json={"input": [{"role": "system", "content": "S"}, {"role": "developer",
+                                                                                  "content": "D"},
+                                              {"role": "user", "content": "u"}]}).json()
+    client.post(PATH, json={"input": "next", "previous_response_id": first["id"]})
+    assert engine.calls[-1].prompt.text.startswith("<system>S<developer>D<user>u<assistant>")
+    assert client.delete(f"{PATH}/{first['id']}").status_code == 200
+    assert client.delete(f"{PATH}/{first['id']}").status_code == 404
+
+
+def test_conversation_after_carries_reasoning_with_the_answer():
+    from app.serving.stored import conversation_after
+    from core.protocol.responses import OutputMessage, OutputText, ReasoningOutput, ReasoningText, Response
+
+    response = Response(id="resp_1", created_at=0, status="completed", model="m", output=[
+        ReasoningOutput(id="rs_1", status="completed", content=[ReasoningText(text="think")]),
+        OutputMessage(id="msg_1", status="completed", content=[OutputText(text="answer")])])
+    assert conversation_after([], [{"role": "user", "content": "q"}], response)[-1] == {
+        "role": "assistant", "content": "answer", "reasoning": "think"}

@@ -34,6 +34,8 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
         if store is not None:
             history = await continued(store, owner, body.previous_response_id) if body.previous_response_id else []
         keep = wants_store(store, body)
+        if keep and store is not None:
+            await store.check_free(begun.response_id)
         job, builder = await plan_response(pipeline, body, begun.response_id, now(), history, keep)
         counts = counted(request, job)
 

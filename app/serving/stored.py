@@ -12,7 +12,13 @@ from typing import Any
 import msgspec
 
 from core.errors import APIError
-from core.protocol.responses import FunctionCallOutput, OutputMessage, Response, ResponsesRequest
+from core.protocol.responses import (
+    FunctionCallOutput,
+    OutputMessage,
+    ReasoningOutput,
+    Response,
+    ResponsesRequest,
+)
 from plugins.store.models import StoredResponse
 from plugins.store.responses import ResponseStore
 
@@ -41,14 +47,20 @@ def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
 
 def conversation_after(before: list[dict[str, Any]], turn: list[dict[str, Any]],
                        response: Response) -> list[dict[str, Any]]:
-    """The chat messages a response ends: those it continued, this turn's (no system message), its output."""
-    messages = [*before, *(m for m in turn if m["role"] != "system")]
+    """The chat messages a response ends: those it continued, this turn's input (every item: only
+    `instructions` are not carried, and they never were messages), then its output: text, function calls and
+    the reasoning before them, as the assistant turn a client would send back."""
     text = "".join(part.text for item in response.output if isinstance(item, OutputMessage) for part in item.content)
     calls = [{"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
              for item in response.output if isinstance(item, FunctionCallOutput)]
-    if text or calls:
-        messages.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
-    return messages
+    reasoning = "".join(part.text for item in response.output if isinstance(item, ReasoningOutput)
+                        for part in item.content)
+    answer: dict[str, Any] = {"role": "assistant", "content": text or ("" if reasoning and not calls else None)}
+    if calls:
+        answer["tool_calls"] = calls
+    if reasoning:
+        answer["reasoning"] = reasoning
+    return [*before, *turn, *([answer] if text or calls or reasoning else [])]
 
 
 async def continued(store: "ResponseStore", owner: str, response_id: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ class StoreBase(DeclarativeBase):
 class StoredResponse(StoreBase):
     __tablename__ = "choir_response"
 
-    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(300), primary_key=True)  # resp_ + a request id (256 at most)
     owner: Mapped[str] = mapped_column(String(64), index=True)  # a digest of the API key that made it ("" open)
     created_at: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[int | None] = mapped_column(BigInteger, index=True, nullable=True)

@@ -32,28 +32,37 @@ class StoreConfig:
             from plugins.store.models import StoreBase
 
             self._alchemy = SQLAlchemyAsyncConfig(connection_string=self.url, metadata=StoreBase.metadata,
-                                                  create_all=True, set_default_exception_handler=False)
+                                                  set_default_exception_handler=False)
         return self._alchemy
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        if self.url is not None and self.url.startswith("sqlite+aiosqlite:///"):
-            Path(self.url.removeprefix("sqlite+aiosqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        async with self.alchemy.lifespan(app):
-            if self.url is not None and self.url.startswith("sqlite"):
-                async with self.alchemy.get_engine().begin() as connection:
-                    # One file, several API processes: readers never wait for the writer.
-                    await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-            from plugins.store.responses import ResponseStore
+        from plugins.store.responses import ResponseStore, StoreUnavailable
 
-            store = ResponseStore(self.alchemy.create_session_maker(), self.ttl, self.keyed)
-            if self.ttl:
-                await store.evict()
+        async with self.alchemy.lifespan(app):
+            store = ResponseStore(self.alchemy.create_session_maker(), self.ttl, self.keyed, self._prepare)
+            try:
+                await store.ready()
+                if self.ttl:
+                    await store.evict()
+            except StoreUnavailable:
+                pass  # logged; the stateful calls answer 503 and try again, the rest is served as usual
             app.state[self.state_key] = store
             try:
                 yield
             finally:
                 app.state.pop(self.state_key, None)
+
+    async def _prepare(self) -> None:
+        """The tables (and, for SQLite, its directory and WAL mode: one file, several API processes)."""
+        from plugins.store.models import StoreBase
+
+        if self.url is not None and self.url.startswith("sqlite+aiosqlite:///"):
+            Path(self.url.removeprefix("sqlite+aiosqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        async with self.alchemy.get_engine().begin() as connection:
+            if self.url is not None and self.url.startswith("sqlite"):
+                await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            await connection.run_sync(StoreBase.metadata.create_all)
 
 
 class StorePlugin(InitPlugin):
