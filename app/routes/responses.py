@@ -17,17 +17,17 @@ from core.errors import bad_request
 from core.protocol.responses import DeletedResponse, ResponseItemList, ResponsesRequest
 from core.protocol.responses import Response as ResponseObject
 from plugins.auth import authorization
-from plugins.pipeline import PipelineDependency
+from plugins.pipeline import Pipeline, PipelineDependency
 from plugins.spec import operation
-from plugins.store.responses import page
+from plugins.store.responses import ResponseStore, page
 
 
 @operation("createResponse")
 async def create_response(data: SkipValidation[ResponsesRequest], request: Request,
                           pipeline: PipelineDependency) -> Response:
     begun = begin(request, pipeline, data, ResponsesRequest, "resp_")
-    body, store = begun.body, pipeline.stored_responses(request)
-    owner = store.owner(authorization(request.scope)) if store is not None else ""
+    body = begun.body
+    store, owner = _store_and_owner(request, pipeline)
 
     async def answer() -> Response:
         history = None
@@ -58,15 +58,13 @@ async def get_response(response_id: str, request: Request, pipeline: PipelineDep
                        stream: bool = False) -> ResponseObject:
     if stream:
         raise bad_request("Replaying a stored response as a stream is not served yet: leave `stream` out.", "stream")
-    store = pipeline.stored_responses(request)
-    owner = store.owner(authorization(request.scope)) if store is not None else ""
+    store, owner = _store_and_owner(request, pipeline)
     return as_response(await stored(store, owner, response_id))
 
 
 @operation("deleteResponse")
 async def delete_response(response_id: str, request: Request, pipeline: PipelineDependency) -> DeletedResponse:
-    store = pipeline.stored_responses(request)
-    owner = store.owner(authorization(request.scope)) if store is not None else ""
+    store, owner = _store_and_owner(request, pipeline)
     await stored(store, owner, response_id)  # a 404 unless it is this key's
     assert store is not None
     await store.delete(owner, response_id)
@@ -79,9 +77,14 @@ async def list_input_items(response_id: str, request: Request, pipeline: Pipelin
                            order: Literal["asc", "desc"] = "desc") -> ResponseItemList:
     if not 1 <= limit <= 100:
         raise bad_request(f"limit must be from 1 to 100, not {limit}.", "limit")
-    store = pipeline.stored_responses(request)
-    owner = store.owner(authorization(request.scope)) if store is not None else ""
+    store, owner = _store_and_owner(request, pipeline)
     row = await stored(store, owner, response_id)
     found = page(list(row.input_items), after, limit, order)
     return ResponseItemList(data=found.items, first_id=found.items[0]["id"] if found.items else None,
                             last_id=found.items[-1]["id"] if found.items else None, has_more=found.has_more)
+
+
+def _store_and_owner(request: Request, pipeline: Pipeline) -> tuple[ResponseStore | None, str]:
+    """The response store, and who this request reads and stores as (its API key's digest, or "")."""
+    store = pipeline.stored_responses(request)
+    return store, store.owner(authorization(request.scope)) if store is not None else ""
