@@ -40,6 +40,13 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
 
 
+class PromptTooLong(APIError):
+    """A prompt that leaves the model no room for output (a 400): what `truncation: "auto"` cuts."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(400, message, param)
+
+
 def stopped_by_server() -> APIError:
     """A request the engine aborted on its own: the server is draining for shutdown (Choir aborts only
     what it cancels, and then never reads on). Said as an error, never as a normal finish."""

@@ -47,16 +47,16 @@ class Pipeline:
     engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
     parsers: Parsers | None = None  # the reasoning and tool parsers (plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
-    # Where the response store is in the app state (plugins/store/), if there is one: read by the stateful
-    # calls alone (`stored_responses`), so a plain request pays nothing for it.
+    # Where the store is in the app state (plugins/store/), if there is one: read by the stateful calls
+    # alone (`stored`), so a plain request pays nothing for it.
     store_key: str | None = None
 
-    def stored_responses(self, request: Request) -> "ResponseStore | None":
+    def stored(self, request: Request) -> "Store | None":
         return request.app.state.get(self.store_key) if self.store_key is not None else None
 
 
 if TYPE_CHECKING:
-    from plugins.store.responses import ResponseStore
+    from plugins.store.store import Store
 
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 

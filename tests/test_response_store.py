@@ -139,12 +139,12 @@ def test_without_a_store_nothing_is_kept_and_previous_response_id_is_a_400(tmp_p
 def test_a_store_that_is_down_fails_stateful_calls_only(served):
     client, _ = served
     created = client.post(PATH, json={"input": "hi"}).json()
-    store = client.app.state["response_store"]
+    store = client.app.state["store"]
 
     def down():
         raise OperationalError("connect", {}, OSError("database is down"))
 
-    store.sessions = down
+    store.responses.sessions = store.conversations.sessions = down
     for response in (client.get(f"{PATH}/{created['id']}"), client.post(PATH, json={"input": "hi"}),
                      client.post(PATH, json={"input": "x", "previous_response_id": created["id"]})):
         assert response.status_code == 503 and "store" in response.json()["error"]["message"]
@@ -191,12 +191,13 @@ def test_every_input_item_is_carried_and_a_second_delete_is_a_404(served):
     assert client.delete(f"{PATH}/{first['id']}").status_code == 404
 
 
-def test_conversation_after_carries_reasoning_with_the_answer():
-    from app.serving.stored import conversation_after
-    from core.protocol.responses import OutputMessage, OutputText, ReasoningOutput, ReasoningText, Response
+def test_a_continuation_carries_the_earlier_output_items_reasoning_included():
+    from app.serving.responses import messages_of
 
-    response = Response(id="resp_1", created_at=0, status="completed", model="m", output=[
-        ReasoningOutput(id="rs_1", status="completed", content=[ReasoningText(text="think")]),
-        OutputMessage(id="msg_1", status="completed", content=[OutputText(text="answer")])])
-    assert conversation_after([], [{"role": "user", "content": "q"}], response)[-1] == {
-        "role": "assistant", "content": "answer", "reasoning": "think"}
+    history = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}], "id": "msg_0"},
+               {"type": "reasoning", "id": "rs_1", "status": "completed", "summary": [],
+                "content": [{"type": "reasoning_text", "text": "think"}]},
+               {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "answer", "annotations": [], "logprobs": []}]}]
+    assert messages_of(history, "input") == [{"role": "user", "content": "q"},
+                                             {"role": "assistant", "content": "answer", "reasoning": "think"}]

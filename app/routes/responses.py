@@ -1,17 +1,21 @@
-"""POST /v1/responses, and the stored responses: GET and DELETE /v1/responses/{response_id}, and GET
-/v1/responses/{response_id}/input_items (app/serving/stored.py)."""
+"""POST /v1/responses, and the stored responses: GET and DELETE /v1/responses/{response_id}, POST
+/v1/responses/{response_id}/cancel and GET /v1/responses/{response_id}/input_items (app/serving/stored.py,
+app/serving/background.py)."""
 
+from collections.abc import AsyncGenerator
 from typing import Literal
 
 from litestar import Request, Response
 from litestar.params import SkipValidation
 
+from app.errors import error_json
 from app.request_ids import now
 from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
 from app.routes.replies import event_stream_response, json_response
+from app.serving import background
 from app.serving.responses import plan_response, respond, stream_response
-from app.serving.stored import as_response, continued, remember, stored, wants_store
+from app.serving.stored import as_response, continued, not_found, remember, stored, wants_store
 from app.serving.streaming import named_frame
 from core.errors import bad_request
 from core.protocol.responses import DeletedResponse, ResponseItemList, ResponsesRequest
@@ -19,7 +23,8 @@ from core.protocol.responses import Response as ResponseObject
 from plugins.auth import authorization
 from plugins.pipeline import Pipeline, PipelineDependency
 from plugins.spec import operation
-from plugins.store.responses import ResponseStore, page
+from plugins.store.store import Store
+from plugins.store.tables import page
 
 
 @operation("createResponse")
@@ -27,21 +32,26 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
                           pipeline: PipelineDependency) -> Response:
     begun = begin(request, pipeline, data, ResponsesRequest, "resp_")
     body = begun.body
-    store, owner = _store_and_owner(request, pipeline)
+    store, owner = store_and_owner(request, pipeline)
+    if body.background:
+        _check_background(store, body)
 
     async def answer() -> Response:
-        history = None
-        if store is not None:
-            history = await continued(store, owner, body.previous_response_id) if body.previous_response_id else []
+        context = await continued(store, owner, body)
         keep = wants_store(store, body)
         if keep and store is not None:
-            await store.check_free(begun.response_id)
-        job, builder = await plan_response(pipeline, body, begun.response_id, now(), history, keep)
+            await store.responses.check_free(begun.response_id)
+        job, builder = await plan_response(pipeline, body, begun.response_id, now(), context.history, keep)
         counts = counted(request, job)
+        if body.background and store is not None:
+            await background.start(store, owner, body, context, pipeline.aggregator, job, builder, counts)
+            if body.stream:
+                return await _event_stream(background.follow(store, job.response_id), begun.base_id, job.response_id)
+            return json_response(builder.response("queued"), begun.base_id)
 
         async def save(response: ResponseObject) -> None:
-            if keep and store is not None:
-                await remember(store, owner, body, response, history)
+            if store is not None and (keep or body.conversation is not None):
+                await remember(store, owner, body, response, context)
 
         if body.stream:
             return await event_stream_response(stream_response(pipeline.aggregator, job, builder, counts, save),
@@ -50,24 +60,60 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
         await save(response)
         return json_response(response, begun.base_id)
 
+    if body.background:
+        return await answer()  # made apart from this request: a client that leaves does not stop it
     return await unless_disconnected(request.receive, answer())
 
 
+def _check_background(store: Store | None, body: ResponsesRequest) -> None:
+    if store is None:
+        raise bad_request("background mode needs the response store, and this server runs without one "
+                          "(CHOIR_STORE=off): leave `background` false.", "background")
+    if body.store is False:
+        raise bad_request("background mode needs `store`: a background response is polled and streamed from the "
+                          "store. Leave `store` out, or set it true.", "background")
+
+
 @operation("getResponse")
-async def get_response(response_id: str, request: Request, pipeline: PipelineDependency,
-                       stream: bool = False) -> ResponseObject:
-    if stream:
-        raise bad_request("Replaying a stored response as a stream is not served yet: leave `stream` out.", "stream")
-    store, owner = _store_and_owner(request, pipeline)
-    return as_response(await stored(store, owner, response_id))
+async def get_response(response_id: str, request: Request, pipeline: PipelineDependency, stream: bool = False,
+                       starting_after: int | None = None) -> Response:
+    store, owner = store_and_owner(request, pipeline)
+    row = await stored(store, owner, response_id)
+    if not stream:
+        return Response(as_response(row))
+    if not row.background:
+        raise bad_request("Only a response made with `background: true` can be streamed again: its events are "
+                          "stored. GET it without `stream`.", "stream")
+    assert store is not None
+    after = -1 if starting_after is None else starting_after
+    return await _event_stream(background.follow(store, response_id, after), response_id, response_id)
+
+
+async def _event_stream(frames: AsyncGenerator[bytes, None], base_id: str, response_id: str) -> Response:
+    return await event_stream_response(frames, base_id, lambda exc: named_frame(
+        "error", error_json(exc, response_id)))
+
+
+@operation("cancelResponse")
+async def cancel_response(response_id: str, request: Request, pipeline: PipelineDependency) -> ResponseObject:
+    """A background response stops where it is (cancelling what has ended returns it as it is)."""
+    store, owner = store_and_owner(request, pipeline)
+    row = await stored(store, owner, response_id)
+    if not row.background:
+        raise bad_request("Only a response made with `background: true` can be cancelled.", "response_id")
+    assert store is not None
+    cancelled = await store.responses.cancel(owner, response_id)
+    if cancelled is None:
+        raise not_found(response_id, "response_id")
+    store.runs.cancel(response_id)  # made here: it stops now (elsewhere: at its next batch of events)
+    return as_response(cancelled)
 
 
 @operation("deleteResponse")
 async def delete_response(response_id: str, request: Request, pipeline: PipelineDependency) -> DeletedResponse:
-    store, owner = _store_and_owner(request, pipeline)
-    await stored(store, owner, response_id)  # a 404 unless it is this key's
-    assert store is not None
-    await store.delete(owner, response_id)
+    store, owner = store_and_owner(request, pipeline)
+    if store is None or not await store.responses.delete(owner, response_id):
+        raise not_found(response_id, "response_id")
     return DeletedResponse(id=response_id)
 
 
@@ -75,16 +121,29 @@ async def delete_response(response_id: str, request: Request, pipeline: Pipeline
 async def list_input_items(response_id: str, request: Request, pipeline: PipelineDependency,
                            after: str | None = None, limit: int = 20,
                            order: Literal["asc", "desc"] = "desc") -> ResponseItemList:
-    if not 1 <= limit <= 100:
-        raise bad_request(f"limit must be from 1 to 100, not {limit}.", "limit")
-    store, owner = _store_and_owner(request, pipeline)
+    check_limit(limit)
+    store, owner = store_and_owner(request, pipeline)
     row = await stored(store, owner, response_id)
     found = page(list(row.input_items), after, limit, order)
-    return ResponseItemList(data=found.items, first_id=found.items[0]["id"] if found.items else None,
-                            last_id=found.items[-1]["id"] if found.items else None, has_more=found.has_more)
+    return item_list(found.items, found.has_more)
 
 
-def _store_and_owner(request: Request, pipeline: Pipeline) -> tuple[ResponseStore | None, str]:
-    """The response store, and who this request reads and stores as (its API key's digest, or "")."""
-    store = pipeline.stored_responses(request)
+def check_limit(limit: int) -> None:
+    if not 1 <= limit <= 100:
+        raise bad_request(f"limit must be from 1 to 100, not {limit}.", "limit")
+
+
+def item_list(items: list[dict[str, object]], has_more: bool) -> ResponseItemList:
+    return ResponseItemList(data=items, first_id=_id(items[0]) if items else None,
+                            last_id=_id(items[-1]) if items else None, has_more=has_more)
+
+
+def _id(item: dict[str, object]) -> str:
+    return str(item["id"])
+
+
+def store_and_owner(request: Request, pipeline: Pipeline) -> tuple[Store | None, str]:
+    """The store, and who this request reads and stores as (its API key's digest, or "")."""
+    store = pipeline.stored(request)
     return store, store.owner(authorization(request.scope)) if store is not None else ""
+

@@ -19,6 +19,7 @@ from app.serving.chat import ChatJob
 from app.serving.chat_output import MessageParts
 from core.protocol.chat import TokenLogprob
 from core.protocol.responses import (
+    ConversationRef,
     DeltaLogprob,
     DeltaTopLogprob,
     FunctionCallOutput,
@@ -66,7 +67,10 @@ class ResponseBuilder:
                         tool_choice=msgspec.to_builtins(request.tool_choice) if request.tool_choice else "auto",
                         tools=request.tools or [], reasoning=request.reasoning or msgspec.UNSET,
                         metadata=request.metadata or msgspec.UNSET, top_logprobs=self._top_logprobs,
-                        store=self.store, previous_response_id=request.previous_response_id, **fields)
+                        store=self.store, previous_response_id=request.previous_response_id,
+                        background=request.background, truncation=request.truncation,
+                        conversation=ConversationRef(request.conversation_id) if request.conversation_id else None,
+                        **fields)
 
     @property
     def _top_logprobs(self) -> int | None:
@@ -110,7 +114,8 @@ class ResponseBuilder:
         return type, _encode(event)
 
     def start(self) -> list[Event]:
-        return [self._event("response.created", response=self.response("in_progress")),
+        created = self.response("queued" if self.request.background else "in_progress")
+        return [self._event("response.created", response=created),
                 self._event("response.in_progress", response=self.response("in_progress"))]
 
     def add(self, parts: MessageParts, logprobs: list[TokenLogprob] | None = None) -> list[Event]:
@@ -156,12 +161,14 @@ class ResponseBuilder:
         return self.job.compat.rules.incomplete_response_event or "response.incomplete"
 
     def failed(self, error: Exception) -> Event:
+        return self._event("response.failed", response=self.failed_response(error))
+
+    def failed_response(self, error: Exception) -> Response:
         """The error as the client may see it: the message Choir's error mapping gives (a generic one,
         with no internals, for anything unexpected), never the exception's own text."""
         answer = error_for(error, self.job.response_id)
         code = "server_error" if answer.status >= 500 else "invalid_prompt"
-        return self._event("response.failed", response=self.response(
-            "failed", error=ResponseError(code=code, message=answer.message)))
+        return self.response("failed", error=ResponseError(code=code, message=answer.message))
 
     def _index(self, item: Any) -> int:
         return self.output.index(item)

@@ -13,9 +13,9 @@ import msgspec
 
 from app.serving.chat import ChatJob, choice_logprobs, plan_chat
 from app.serving.counts import TokenCounts
-from app.serving.response_events import ResponseBuilder
+from app.serving.response_events import Event, ResponseBuilder
 from app.serving.streaming import Outbox, named_frame
-from core.errors import APIError, bad_request
+from core.errors import APIError, PromptTooLong, bad_request
 from core.protocol import parse_strict
 from core.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
 from core.protocol.responses import (
@@ -41,15 +41,13 @@ _RESPONSES_NAMES = {"max_completion_tokens": "max_output_tokens", "response_form
 
 
 def to_chat(request: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
-    """`history`: the stored conversation `previous_response_id` continues (None: no store to read it from)."""
-    if request.background:
-        raise bad_request("background mode is not served by this server: leave `background` false (stream the "
-                          "response to follow it as it is made).", "background")
+    """`history`: the stored items the request continues (a previous response's chain, or a conversation's);
+    None: there is no store to read them from."""
     if request.previous_response_id is not None and history is None:
         raise bad_request("previous_response_id needs the response store, and this server runs without one "
                           "(CHOIR_STORE=off): send the whole conversation in `input`.", "previous_response_id")
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
-    messages = [*system, *(history or []), *turn_messages(request)]
+    messages = [*system, *messages_of(history or [], "input"), *turn_messages(request)]
     if not messages:
         raise bad_request("input must not be empty.", "input")
     body: dict[str, Any] = {"messages": messages, "stream": request.stream, "model": request.model,
@@ -79,13 +77,19 @@ def to_chat(request: ResponsesRequest, history: list[dict[str, Any]] | None = No
 
 
 def turn_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
-    """This request's input as chat messages (reasoning items go to the assistant turn they belong to)."""
+    """This request's input as chat messages."""
     if isinstance(request.input, str):
         return [{"role": "user", "content": request.input}]
+    return messages_of(request.input, "input")
+
+
+def messages_of(items: list[dict[str, Any]], param: str) -> list[dict[str, Any]]:
+    """Input items (or stored ones) as chat messages: reasoning items go to the assistant turn they belong to.
+    `param`: the field an invalid item is named in."""
     messages: list[dict[str, Any]] = []
     reasoning: str | None = None  # reasoning waiting for the assistant turn that follows it
-    for index, item in enumerate(request.input):
-        message = _message(index, item)
+    for index, item in enumerate(items):
+        message = _message(f"{param}[{index}]", item)
         if "reasoning" in message:
             previous = messages[-1] if messages else None
             if previous is not None and previous["role"] == "assistant" and "reasoning" not in previous:
@@ -101,19 +105,19 @@ def turn_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
+def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind not in _ITEM_TYPES:
-        raise bad_request(f"input item type `{kind}` is not supported: use {', '.join(_ITEM_TYPES)}.",
-                          f"input[{index}].type")
+        raise bad_request(f"{where}: item type `{kind}` is not supported: use {', '.join(_ITEM_TYPES)}.",
+                          f"{where}.type")
     try:
         parsed = msgspec.convert({**item, "type": kind}, _ITEM_TYPES[kind], strict=True)
     except msgspec.ValidationError as exc:
-        raise bad_request(f"Invalid input item {index}: {exc}", f"input[{index}]") from None
+        raise bad_request(f"Invalid item {where}: {exc}", where) from None
     if isinstance(parsed, ReasoningInput):
         if parsed.encrypted_content is not None:
             raise bad_request("Encrypted reasoning is not supported: send its text in `content`.",
-                              f"input[{index}].encrypted_content")
+                              f"{where}.encrypted_content")
         parts = parsed.content or parsed.summary
         return {"role": "assistant", "reasoning": "".join(part.text for part in parts)}
     if isinstance(parsed, FunctionCallInput):
@@ -129,15 +133,46 @@ def _message(index: int, item: dict[str, Any]) -> dict[str, Any]:
 async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str, created: int,
                         history: list[dict[str, Any]] | None = None,
                         store: bool = False) -> tuple[ChatJob, ResponseBuilder]:
+    """`history`: the stored items the request continues. Past the context, `truncation: "auto"` drops the
+    oldest turns of it (whole turns, each from a user message on), the fewest that make it fit."""
     try:
-        job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
-    except APIError as exc:
-        if history and exc.param == "messages" and "context length" in exc.message:
-            raise bad_request(f"{exc.message} The conversation previous_response_id continues is too long for "
-                              "the model: start a new one, or send a shorter input.", "previous_response_id") \
+        try:
+            job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
+        except PromptTooLong:
+            if not history or request.truncation != "auto":
+                raise
+            job = await _truncated(pipeline, request, history, response_id, created)
+    except PromptTooLong as exc:
+        if history and exc.param == "messages":
+            where = "conversation" if request.conversation is not None else "previous_response_id"
+            raise bad_request(f"{exc.message} The conversation {where} continues is too long for the model: "
+                              "start a new one, send a shorter input, or set `truncation` to \"auto\".", where) \
                 from None
         raise _in_responses_terms(exc) from None
+    except APIError as exc:
+        raise _in_responses_terms(exc) from None
     return job, ResponseBuilder(job, request, store)
+
+
+async def _truncated(pipeline: Pipeline, request: ResponsesRequest, history: list[dict[str, Any]],
+                     response_id: str, created: int) -> ChatJob:
+    """A binary search over where the kept history may start: each try renders the prompt once."""
+    starts = [index for index, item in enumerate(history)
+              if index and item.get("type", "message") == "message" and item.get("role") == "user"]
+    starts.append(len(history))  # the whole history dropped: the new input alone
+    low, high, fits = 0, len(starts) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        try:
+            job = await plan_chat(pipeline, to_chat(request, history[starts[middle]:]), response_id, created)
+        except PromptTooLong:
+            low = middle + 1
+            continue
+        fits, high = job, middle - 1
+    if fits is None:
+        raise PromptTooLong("The input alone is too long for the model, with every earlier turn dropped.",
+                            "input")
+    return fits
 
 
 def _in_responses_terms(error: APIError) -> APIError:
@@ -167,13 +202,13 @@ async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder
                          logprobs.content if logprobs else None)
 
 
-async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts,
+async def response_events(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts,
                           on_close: Callable[[Response], Awaitable[None]] | None = None
-                          ) -> AsyncGenerator[bytes, None]:
-    """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream.
-    `on_close` gets the response as it ended before its closing events go out (a client that reads them may
-    continue it at once)."""
-    reader, outbox = job.output(), Outbox(len(job.choices))
+                          ) -> AsyncGenerator[tuple[list[Event], int], None]:
+    """The lifecycle events of each engine output, with how many choices it finished. `on_close` gets the
+    response as it ended before its closing events are yielded (a client that reads them may continue it
+    at once)."""
+    reader = job.output()
     tokens: list[int] = []
     started, cached = False, None
     async with aclosing(aggregator.merge(job.choices)) as batches:
@@ -196,6 +231,16 @@ async def stream_response(aggregator: Aggregator, job: ChatJob, builder: Respons
                                              cached)
                     if on_close is not None and builder.closed is not None:
                         await on_close(builder.closed)
+            yield events, finished
+
+
+async def stream_response(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts,
+                          on_close: Callable[[Response], Awaitable[None]] | None = None
+                          ) -> AsyncGenerator[bytes, None]:
+    """The lifecycle events as SSE frames, those of one engine output together; the closing ones end the stream."""
+    outbox = Outbox(len(job.choices))
+    async with aclosing(response_events(aggregator, job, builder, counts, on_close)) as batches:
+        async for events, finished in batches:
             if item := outbox.send([named_frame(*event) for event in events], finished):
                 yield item
     yield outbox.close()

@@ -5,7 +5,7 @@ them (plugins/engine/vllm_sampling.py)."""
 
 from typing import Any
 
-from core.errors import bad_request
+from core.errors import PromptTooLong, bad_request
 from core.protocol.common import SamplingFields
 from plugins.engine.protocol import NO_OPTIONS, GenerateOptions, RenderOptions
 from plugins.engine.sampling import Constraint, Sampling
@@ -119,7 +119,7 @@ def generate_options(request: SamplingFields, priority_scheduling: bool, adapter
 
 def check_prompt_fits(prompt_tokens: int, max_model_len: int, param: str) -> None:
     if prompt_tokens >= max_model_len:
-        raise bad_request(
+        raise PromptTooLong(
             f"This model's maximum context length is {max_model_len} tokens, but the prompt has "
             f"{prompt_tokens} tokens, which leaves no room for output. Shorten the prompt.",
             param,

@@ -1,43 +1,78 @@
-"""Responses that are remembered (`store`, OpenAI's default): what a stored response keeps and how a later
-request continues it (`previous_response_id`), and the reads of GET /v1/responses/{id}, its input items and
-DELETE. The store itself is plugins/store/; without one (CHOIR_STORE=off) nothing is stored.
+"""Responses that are remembered (`store`, OpenAI's default): what a request continues (a
+`previous_response_id`'s chain, or a `conversation`'s items), what a stored response keeps, and the reads of
+GET /v1/responses/{id} and its input items. The store itself is plugins/store/; without one
+(CHOIR_STORE=off) nothing is stored.
 
-A stored response keeps the conversation it ends as chat messages: the one it continued, this turn's input,
-then its output (its text and its function calls; reasoning is not carried, as vLLM's server does not
-carry it). `instructions` are never carried over (OpenAI's rule): each request sends its own."""
+A response continues from items, as OpenAI describes it: each earlier turn's input items, then its output
+items (text, function calls, reasoning). `instructions` are never carried over: each request sends its own."""
 
 import secrets
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from core.errors import APIError
-from core.protocol.responses import (
-    FunctionCallOutput,
-    OutputMessage,
-    ReasoningOutput,
-    Response,
-    ResponsesRequest,
-)
+from core.errors import APIError, bad_request
+from core.protocol.responses import Response, ResponsesRequest
 from plugins.store.models import StoredResponse
-from plugins.store.responses import ResponseStore
+from plugins.store.responses import BrokenChain
+from plugins.store.store import Store
 
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
-def wants_store(store: "ResponseStore | None", request: ResponsesRequest) -> bool:
+@dataclass
+class Continued:
+    """What a request continues: `history` (None: there is no store), the chain of responses it follows, and
+    its own input items, each with an id (stored with it, and added to its conversation)."""
+
+    history: list[dict[str, Any]] | None
+    turn: list[dict[str, Any]]
+    chain: list[str] = field(default_factory=list)
+
+
+def wants_store(store: Store | None, request: ResponsesRequest) -> bool:
     return store is not None and request.store is not False
 
 
-def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
-    """This turn's input as OpenAI lists it (GET .../input_items): items with ids, message content as parts."""
-    raw = [{"type": "message", "role": "user", "content": request.input}] if isinstance(request.input, str) \
-        else request.input
+async def continued(store: Store | None, owner: str, request: ResponsesRequest) -> Continued:
+    turn = input_items(request.input)
+    if store is None:
+        if request.conversation is not None:
+            raise bad_request("conversation needs the store, and this server runs without one (CHOIR_STORE=off).",
+                              "conversation")
+        return Continued(None, turn)
+    if request.conversation_id is not None:
+        if request.previous_response_id is not None:
+            raise bad_request("previous_response_id and conversation cannot be used together: a response "
+                              "continues one or the other.", "previous_response_id")
+        if await store.conversations.get(owner, request.conversation_id) is None:
+            raise conversation_not_found(request.conversation_id, "conversation")
+        return Continued(await store.conversations.items(request.conversation_id), turn)
+    if request.previous_response_id is None:
+        return Continued([], turn)
+    try:
+        chain = await store.responses.chain(owner, request.previous_response_id)
+    except BrokenChain as broken:
+        raise APIError(404, f"The response '{broken.missing}', an earlier turn of the conversation "
+                            f"previous_response_id continues, was deleted or has expired: its context is gone. "
+                            "Start a new conversation.", "previous_response_id") from None
+    if not chain:
+        raise not_found(request.previous_response_id, "previous_response_id")
+    history = [item for row in chain for item in (*row.input_items, *row.body["output"])]
+    return Continued(history, turn, [row.id for row in chain])
+
+
+def input_items(given: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input as OpenAI lists it (GET .../input_items, a conversation's items): items with ids and a status,
+    message content as parts."""
+    raw = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else given
     items = []
     for item in raw:
         kind = item.get("type", "message")
         listed = {**item, "type": kind, "id": item.get("id") or f"{_ITEM_PREFIX.get(kind, 'item')}_"
-                                                                 f"{secrets.token_hex(12)}"}
+                                                                 f"{secrets.token_hex(12)}",
+                  "status": item.get("status") or "completed"}
         if kind == "message" and isinstance(item.get("content"), str):
             part = "output_text" if item.get("role") == "assistant" else "input_text"
             listed["content"] = [{"type": part, "text": item["content"]}]
@@ -45,51 +80,34 @@ def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
     return items
 
 
-def conversation_after(before: list[dict[str, Any]], turn: list[dict[str, Any]],
-                       response: Response) -> list[dict[str, Any]]:
-    """The chat messages a response ends: those it continued, this turn's input (every item: only
-    `instructions` are not carried, and they never were messages), then its output: text, function calls and
-    the reasoning before them, as the assistant turn a client would send back."""
-    text = "".join(part.text for item in response.output if isinstance(item, OutputMessage) for part in item.content)
-    calls = [{"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
-             for item in response.output if isinstance(item, FunctionCallOutput)]
-    reasoning = "".join(part.text for item in response.output if isinstance(item, ReasoningOutput)
-                        for part in item.content)
-    answer: dict[str, Any] = {"role": "assistant", "content": text or ("" if reasoning and not calls else None)}
-    if calls:
-        answer["tool_calls"] = calls
-    if reasoning:
-        answer["reasoning"] = reasoning
-    return [*before, *turn, *([answer] if text or calls or reasoning else [])]
-
-
-async def continued(store: "ResponseStore", owner: str, response_id: str) -> list[dict[str, Any]]:
-    """The conversation a `previous_response_id` names (404 if it is not this key's, or gone)."""
-    row = await store.get(owner, response_id)
+async def stored(store: Store | None, owner: str, response_id: str) -> StoredResponse:
+    row = await store.responses.get(owner, response_id) if store is not None else None
     if row is None:
-        raise _not_found(response_id, "previous_response_id")
-    return list(row.conversation)
-
-
-async def stored(store: "ResponseStore | None", owner: str, response_id: str) -> "StoredResponse":
-    row = await store.get(owner, response_id) if store is not None else None
-    if row is None:
-        raise _not_found(response_id, "response_id")
+        raise not_found(response_id, "response_id")
     return row
 
 
-def as_response(row: "StoredResponse") -> Response:
+def as_response(row: StoredResponse) -> Response:
     return msgspec.convert(row.body, Response)
 
 
-def _not_found(response_id: str, param: str) -> APIError:
+def not_found(response_id: str, param: str) -> APIError:
     return APIError(404, f"No response with id '{response_id}' is stored for this API key: responses are stored "
                          "when `store` is not false, until they are deleted or expire (CHOIR_STORE_TTL).", param)
 
 
-async def remember(store: "ResponseStore", owner: str, request: ResponsesRequest, response: Response,
-                   history: list[dict[str, Any]] | None) -> None:
-    from app.serving.responses import turn_messages
+def conversation_not_found(conversation_id: str, param: str) -> APIError:
+    return APIError(404, f"No conversation with id '{conversation_id}' is stored for this API key.", param)
 
-    await store.save(owner, msgspec.to_builtins(response), input_items(request),
-                     conversation_after(history or [], turn_messages(request), response))
+
+async def remember(store: Store, owner: str, request: ResponsesRequest, response: Response,
+                   context: Continued) -> None:
+    """A response that ended: stored unless `store` is false (made in the background, its stored state
+    replaced), and its turn added to its conversation, if it has one."""
+    body = msgspec.to_builtins(response)
+    if request.background:
+        await store.responses.change(response.id, body)
+    elif request.store is not False:
+        await store.responses.save(owner, body, context.turn, context.chain)
+    if request.conversation_id is not None:
+        await store.conversations.add(request.conversation_id, [*context.turn, *body["output"]])

@@ -99,6 +99,10 @@ class TextConfig(msgspec.Struct, kw_only=True):
     format: TextFormat | JsonObjectFormat | JsonSchemaTextFormat | None = None
 
 
+class ConversationRef(msgspec.Struct):
+    id: str
+
+
 class ResponsesRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     # A string, or a list of items: messages (with `type` "message" or none), function calls and outputs.
@@ -121,14 +125,20 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     # OpenAI's default (null) is true: stored unless the server runs with CHOIR_STORE=off (the response says).
     store: bool | None = None
-    background: bool = False  # refused: background mode is not served
+    background: bool = False  # made apart from the request: poll, stream again, or cancel it (needs the store)
     previous_response_id: str | None = None  # a stored response this one continues
+    conversation: str | ConversationRef | None = None  # a stored conversation this one continues and adds to
+    truncation: Literal["auto", "disabled"] = "disabled"  # auto: the oldest turns dropped to fit the context
     user: str | None = None
     metadata: dict[str, str] | None = None
 
+    @property
+    def conversation_id(self) -> str | None:
+        return self.conversation.id if isinstance(self.conversation, ConversationRef) else self.conversation
+
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
-ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=True):
@@ -219,7 +229,10 @@ class Response(msgspec.Struct, kw_only=True):
     tools: list[FunctionTool] = []
     top_logprobs: int | None = None
     store: bool = False  # whether it is stored (GET /v1/responses/{id}, previous_response_id)
+    background: bool = False
     previous_response_id: str | None = None
+    conversation: ConversationRef | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
     text: TextConfig | UnsetType = UNSET
     reasoning: ReasoningConfig | UnsetType = UNSET
     metadata: dict[str, str] | UnsetType = UNSET

@@ -17,6 +17,13 @@ from core.protocol.chat import (
 )
 from core.protocol.common import ErrorResponse
 from core.protocol.completions import CompletionChunk, CompletionRequest, CompletionResponse
+from core.protocol.conversations import (
+    Conversation,
+    ConversationCreateRequest,
+    ConversationItemsRequest,
+    ConversationUpdateRequest,
+    DeletedConversation,
+)
 from core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from core.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
 from core.protocol.pooling import (
@@ -35,7 +42,8 @@ WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatComple
               ResponseEvent, ResponseItemList, DeletedResponse, TokenizeRequest, TokenizeResponse, DetokenizeRequest,
               DetokenizeResponse, EmbeddingRequest, EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest,
               ScoreResponse, ClassificationRequest, ClassificationResponse, LoadLoraAdapterRequest,
-              UnloadLoraAdapterRequest]
+              UnloadLoraAdapterRequest, ConversationCreateRequest, ConversationUpdateRequest,
+              ConversationItemsRequest, Conversation, DeletedConversation]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

@@ -4,7 +4,7 @@ engine and its session maker (its lifespan creates the tables and disposes of th
 that lifespan and puts a `ResponseStore` in the app state under the config's key. Nothing runs per request
 unless a request is stateful: no session is opened for a plain one (no before-send hook, no dependency)."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,7 @@ class StoreConfig:
     url: str | None  # an SQLAlchemy async URL (sqlite+aiosqlite:///..., postgresql+asyncpg://...); None: no store
     ttl: int | None = None  # seconds a stored response lives (None: until deleted)
     keyed: bool = False  # the server has API keys: each key sees only what it stored
-    state_key: str = "response_store"
+    state_key: str = "store"
     _alchemy: Any = field(default=None, init=False, repr=False)
 
     @property
@@ -37,20 +37,27 @@ class StoreConfig:
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        from plugins.store.responses import ResponseStore, StoreUnavailable
+        from plugins.store.conversations import ConversationStore
+        from plugins.store.responses import ResponseStore
+        from plugins.store.store import Store
+        from plugins.store.tables import StoreUnavailable
 
         async with self.alchemy.lifespan(app):
-            store = ResponseStore(self.alchemy.create_session_maker(), self.ttl, self.keyed, self._prepare)
+            sessions, prepared = self.alchemy.create_session_maker(), _Once(self._prepare)
+            store = Store(ResponseStore(sessions, self.ttl, self.keyed, prepared),
+                          ConversationStore(sessions, self.ttl, self.keyed, prepared))
             try:
-                await store.ready()
+                await store.responses.ready()
                 if self.ttl:
-                    await store.evict()
+                    await store.responses.evict()
+                    await store.conversations.evict()
             except StoreUnavailable:
                 pass  # logged; the stateful calls answer 503 and try again, the rest is served as usual
             app.state[self.state_key] = store
             try:
                 yield
             finally:
+                await store.runs.stop()
                 app.state.pop(self.state_key, None)
 
     async def _prepare(self) -> None:
@@ -63,6 +70,18 @@ class StoreConfig:
             if self.url is not None and self.url.startswith("sqlite"):
                 await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
             await connection.run_sync(StoreBase.metadata.create_all)
+
+
+class _Once:
+    """The tables made once for every store of this app (again only after a failure)."""
+
+    def __init__(self, prepare: Callable[[], Awaitable[None]]) -> None:
+        self.prepare, self.done = prepare, False
+
+    async def __call__(self) -> None:
+        if not self.done:
+            await self.prepare()
+            self.done = True
 
 
 class StorePlugin(InitPlugin):

@@ -1,131 +1,156 @@
-"""Stored responses: save one when it ends, read it back (its owner's only), delete it, page its input
-items. A response another key made, or one past its time to live, is not there (a 404 to the caller)."""
+"""Stored responses: save one (its own turn, linked to the one it continued), read it or the chain it ends
+(its owner's only), change a background response's state, keep and replay its stream's events, delete it.
+A response another key made, or one past its time to live, is not there (a 404 to the caller)."""
 
-import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
-import structlog
-from advanced_alchemy.exceptions import RepositoryError
-from advanced_alchemy.repository import SQLAlchemyAsyncRepository
-from sqlalchemy import delete
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import delete, insert, literal, select, update
 
 from core.errors import APIError
-from plugins.store.models import StoredResponse
+from plugins.store.models import StoredEvent, StoredResponse
+from plugins.store.tables import Tables, live
 
-log = structlog.get_logger("choir.store")
 EVICT_EVERY_SECONDS = 60
+UNFINISHED = ("queued", "in_progress")  # a background response's states before its last
+Event = tuple[int, str, str]  # an event's sequence number, type and JSON
 
 
-class StoreUnavailable(APIError):
-    def __init__(self) -> None:
-        super().__init__(503, "The response store is unavailable: stored responses cannot be saved or read now. "
-                              "Requests with `store: false` and no previous_response_id are served as usual.")
+class BrokenChain(Exception):
+    """An earlier response of the conversation is gone (deleted, or expired)."""
+
+    def __init__(self, missing: str) -> None:
+        super().__init__(missing)
+        self.missing = missing
 
 
-@asynccontextmanager
-async def _reachable() -> AsyncIterator[None]:
-    """A database that is down or unreachable is a 503 for the stateful call, not a 500."""
-    try:
-        yield
-    except (SQLAlchemyError, RepositoryError, OSError) as exc:
-        log.warning("response store unavailable", error=str(exc).split("\n")[0])
-        raise StoreUnavailable() from None
-
-
-class ResponseRepository(SQLAlchemyAsyncRepository[StoredResponse]):
-    model_type = StoredResponse
-
-
-def owner_of(key: bytes | None) -> str:
-    """Who a stored object belongs to: a digest of the API key (never the key), "" on an open server."""
-    return hashlib.sha256(key).hexdigest() if key else ""
-
-
-@dataclass(frozen=True)
-class ItemPage:
-    items: list[dict[str, Any]]
-    has_more: bool
-
-
-class ResponseStore:
-    """`prepare` makes the tables: run before the first use, and again after a failure, so a database that is
-    down at start-up (or starts later) costs the stateful calls a 503 meanwhile, never the server its start."""
-
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl: int | None, keyed: bool = False,
-                 prepare: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.sessions, self.ttl, self.keyed, self._prepare = sessions, ttl, keyed, prepare
-        self._evicted = 0.0
-
-    def owner(self, authorization: bytes | None) -> str:
-        """Who a request stores for and reads as: its API key's digest when the server has keys (each key
-        sees only its own), else "" (an open server: everyone alike)."""
-        if not self.keyed or not authorization:
-            return ""
-        return owner_of(authorization.split(b" ", 1)[-1].strip())
-
-    async def ready(self) -> None:
-        if self._prepare is not None:
-            async with _reachable():
-                await self._prepare()
-            self._prepare = None
+class ResponseStore(Tables):
+    _evicted = 0.0
 
     async def check_free(self, response_id: str) -> None:
         """Before any work for a response to be stored: its id must be free (a client may reuse a request id),
         and the store reachable (a 503 now, not after the generation)."""
-        await self.ready()
-        async with _reachable(), self.sessions() as session:
-            taken = await ResponseRepository(session=session).exists(id=response_id)
-        if taken:
+        async with self.session() as session:
+            taken = await session.scalar(select(StoredResponse.id).where(StoredResponse.id == response_id))
+        if taken is not None:
             raise APIError(409, f"A response with id '{response_id}' is stored already: send another request id "
                                 "(X-Request-Id or `request_id`), or `store: false`.", "request_id")
 
     async def save(self, owner: str, body: dict[str, Any], input_items: list[dict[str, Any]],
-                   conversation: list[dict[str, Any]]) -> None:
-        await self.ready()
+                   previous: Sequence[str] = ()) -> None:
+        """A new response; `previous`: the chain it continues (their time to live starts again with it)."""
         now = int(time.time())
-        row = StoredResponse(id=body["id"], owner=owner, created_at=now,
-                             expires_at=now + self.ttl if self.ttl else None, body=body, input_items=input_items,
-                             conversation=conversation)
-        async with _reachable(), self.sessions() as session:
-            await ResponseRepository(session=session).add(row, auto_commit=True)
+        expires = self.expiry(now)
+        row = StoredResponse(id=body["id"], owner=owner, created_at=now, expires_at=expires, status=body["status"],
+                             background=bool(body.get("background")), previous_id=previous[-1] if previous else None,
+                             body=body, input_items=input_items)
+        async with self.session() as session:
+            session.add(row)
+            if previous and expires is not None:
+                await session.execute(update(StoredResponse).where(StoredResponse.id.in_(list(previous)))
+                                      .values(expires_at=expires))
+            await session.commit()
         if self.ttl and now - self._evicted > EVICT_EVERY_SECONDS:
             await self.evict()
 
     async def get(self, owner: str, response_id: str) -> StoredResponse | None:
-        await self.ready()
-        async with _reachable(), self.sessions() as session:
-            row = await ResponseRepository(session=session).get_one_or_none(id=response_id, owner=owner)
-        if row is None or (row.expires_at is not None and row.expires_at <= time.time()):
-            return None
-        return row
+        async with self.session() as session:
+            row = await session.scalar(select(StoredResponse).where(StoredResponse.id == response_id,
+                                                                    StoredResponse.owner == owner))
+        return row if row is not None and live(row.expires_at) else None
+
+    async def chain(self, owner: str, response_id: str) -> list[StoredResponse]:
+        """The responses a continuation of `response_id` follows, oldest first, read in one recursive query
+        ([] if `response_id` is not this owner's). BrokenChain if an earlier one is gone."""
+        start = select(StoredResponse.id, StoredResponse.previous_id, literal(0).label("depth")).where(
+            StoredResponse.id == response_id, StoredResponse.owner == owner).cte("chain", recursive=True)
+        step = select(StoredResponse.id, StoredResponse.previous_id, (start.c.depth + 1).label("depth")).join(
+            start, StoredResponse.id == start.c.previous_id).where(StoredResponse.owner == owner)
+        links = start.union_all(step)
+        query = select(StoredResponse).join(links, StoredResponse.id == links.c.id).order_by(links.c.depth.desc())
+        async with self.session() as session:
+            rows = list((await session.scalars(query)).all())
+        if not rows or not live(rows[-1].expires_at):
+            return []
+        if rows[0].previous_id is not None:
+            raise BrokenChain(rows[0].previous_id)
+        for row in rows:
+            if not live(row.expires_at):
+                raise BrokenChain(row.id)
+        return rows
+
+    async def change(self, response_id: str, body: dict[str, Any], *, unless_cancelled: bool = True) -> bool:
+        """A background response's new state; False if it was cancelled meanwhile (or is gone)."""
+        query = update(StoredResponse).where(StoredResponse.id == response_id)
+        if unless_cancelled:
+            query = query.where(StoredResponse.status.in_(UNFINISHED))
+        async with self.session() as session:
+            result = await session.execute(query.values(status=body["status"], body=body))
+            await session.commit()
+        return bool(getattr(result, "rowcount", 0))
+
+    async def cancel(self, owner: str, response_id: str) -> StoredResponse | None:
+        """A background response cancelled, in one conditional statement: of a cancel and the response's own
+        ending, whichever lands first wins. Cancelling what has ended already changes nothing (OpenAI's
+        cancel is idempotent). None if there is no such response."""
+        row = await self.get(owner, response_id)
+        if row is None or not row.background or row.status not in UNFINISHED:
+            return row
+        body = {**row.body, "status": "cancelled"}
+        async with self.session() as session:
+            await session.execute(update(StoredResponse).where(
+                StoredResponse.id == response_id, StoredResponse.status.in_(UNFINISHED)).values(
+                status="cancelled", body=body))
+            await session.commit()
+        return await self.get(owner, response_id)
+
+    async def add_events(self, response_id: str, events: list[Event], body: dict[str, Any] | None = None) -> bool:
+        """A background response's next events, and with its last ones its final state (`body`), in one
+        transaction: a stream that reads the state first, then the events, misses none. False if it was
+        cancelled meanwhile (its run stops)."""
+        async with self.session() as session:
+            if body is not None:
+                result = await session.execute(update(StoredResponse).where(
+                    StoredResponse.id == response_id, StoredResponse.status.in_(UNFINISHED)).values(
+                    status=body["status"], body=body))
+                going = bool(getattr(result, "rowcount", 0))
+            else:
+                going = await session.scalar(select(StoredResponse.status).where(
+                    StoredResponse.id == response_id)) in UNFINISHED
+            if events and going:
+                await session.execute(insert(StoredEvent), [
+                    {"response_id": response_id, "sequence": sequence, "kind": kind, "data": data}
+                    for sequence, kind, data in events])
+            await session.commit()
+        return going
+
+    async def events(self, response_id: str, after: int) -> tuple[str | None, list[Event]]:
+        """The response's status, then the stored events after sequence number `after`: when the status is
+        final, every event is among them (its last events were stored with it)."""
+        async with self.session() as session:
+            status = await session.scalar(select(StoredResponse.status).where(StoredResponse.id == response_id))
+            await session.commit()  # PostgreSQL: the events are read in a snapshot taken after the status
+            rows = (await session.execute(select(StoredEvent.sequence, StoredEvent.kind, StoredEvent.data).where(
+                StoredEvent.response_id == response_id, StoredEvent.sequence > after).order_by(
+                StoredEvent.sequence))).all()
+        return status, [(row[0], row[1], row[2]) for row in rows]
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        """One statement: of two deletes at once, one deletes and the other finds nothing (a 404)."""
-        await self.ready()
-        async with _reachable(), self.sessions() as session:
+        """One statement for the response: of two deletes at once, one deletes and the other finds nothing."""
+        async with self.session() as session:
             result = await session.execute(
                 delete(StoredResponse).where(StoredResponse.id == response_id, StoredResponse.owner == owner))
+            if getattr(result, "rowcount", 0):
+                await session.execute(delete(StoredEvent).where(StoredEvent.response_id == response_id))
             await session.commit()
         return bool(getattr(result, "rowcount", 0))
 
     async def evict(self) -> None:
-        """Delete what is past its time to live, in one statement (at start-up, then at most once a minute)."""
+        """Delete what is past its time to live (at start-up, then at most once a minute)."""
         self._evicted = time.time()
-        async with _reachable(), self.sessions() as session:
+        expired = select(StoredResponse.id).where(StoredResponse.expires_at <= int(self._evicted))
+        async with self.session() as session:
+            await session.execute(delete(StoredEvent).where(StoredEvent.response_id.in_(expired)))
             await session.execute(delete(StoredResponse).where(StoredResponse.expires_at <= int(self._evicted)))
             await session.commit()
-
-
-def page(items: list[dict[str, Any]], after: str | None, limit: int, order: Literal["asc", "desc"]) -> ItemPage:
-    """OpenAI's cursor pagination: items in `order`, those after the item `after`, at most `limit`."""
-    ordered = items if order == "asc" else items[::-1]
-    if after is not None:
-        ids = [item.get("id") for item in ordered]
-        ordered = ordered[ids.index(after) + 1:] if after in ids else []
-    return ItemPage(ordered[:limit], len(ordered) > limit)

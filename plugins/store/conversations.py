@@ -1,0 +1,104 @@
+"""Stored conversations (the Conversations API): a conversation's metadata, and its items in the order they
+were added. Items are added under the conversation's row lock, so the items of one call stay together when
+two calls add to one conversation at once; a page is read by position in the database, not in Python."""
+
+import time
+from typing import Any, Literal
+
+from sqlalchemy import delete, select, update
+
+from plugins.store.models import ConversationItem, StoredConversation
+from plugins.store.tables import ItemPage, Tables, live
+
+
+class ConversationStore(Tables):
+    async def create(self, owner: str, conversation_id: str, meta: dict[str, str],
+                     items: list[dict[str, Any]]) -> StoredConversation:
+        now = int(time.time())
+        row = StoredConversation(id=conversation_id, owner=owner, created_at=now, expires_at=self.expiry(now),
+                                 meta=meta)
+        async with self.session() as session:
+            session.add(row)
+            await session.flush()
+            session.add_all([ConversationItem(id=item["id"], conversation_id=conversation_id, item=item)
+                             for item in items])
+            await session.commit()
+        return row
+
+    async def get(self, owner: str, conversation_id: str) -> StoredConversation | None:
+        async with self.session() as session:
+            row = await session.scalar(select(StoredConversation).where(StoredConversation.id == conversation_id,
+                                                                        StoredConversation.owner == owner))
+        return row if row is not None and live(row.expires_at) else None
+
+    async def update(self, owner: str, conversation_id: str, meta: dict[str, str]) -> StoredConversation | None:
+        async with self.session() as session:
+            await session.execute(update(StoredConversation).where(
+                StoredConversation.id == conversation_id, StoredConversation.owner == owner).values(meta=meta))
+            await session.commit()
+        return await self.get(owner, conversation_id)
+
+    async def delete(self, owner: str, conversation_id: str) -> bool:
+        async with self.session() as session:
+            result = await session.execute(delete(StoredConversation).where(
+                StoredConversation.id == conversation_id, StoredConversation.owner == owner))
+            if getattr(result, "rowcount", 0):
+                await session.execute(delete(ConversationItem).where(
+                    ConversationItem.conversation_id == conversation_id))
+            await session.commit()
+        return bool(getattr(result, "rowcount", 0))
+
+    async def add(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+        """Items added after the others, together; their time to live starts again. False: it is gone."""
+        now = int(time.time())
+        async with self.session() as session:
+            # The row's lock first (PostgreSQL: this row; SQLite: the database), then the items.
+            result = await session.execute(update(StoredConversation).where(
+                StoredConversation.id == conversation_id).values(expires_at=self.expiry(now)))
+            if not getattr(result, "rowcount", 0):
+                return False
+            session.add_all([ConversationItem(id=item["id"], conversation_id=conversation_id, item=item)
+                             for item in items])
+            await session.commit()
+        return True
+
+    async def items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Every item, oldest first: what a response in this conversation continues from."""
+        async with self.session() as session:
+            rows = await session.scalars(select(ConversationItem.item).where(
+                ConversationItem.conversation_id == conversation_id).order_by(ConversationItem.position))
+            return list(rows.all())
+
+    async def page(self, conversation_id: str, after: str | None, limit: int,
+                   order: Literal["asc", "desc"]) -> ItemPage:
+        """OpenAI's cursor page: at most `limit` items in `order`, those after the item `after`."""
+        position = ConversationItem.position
+        query = select(ConversationItem.item).where(ConversationItem.conversation_id == conversation_id)
+        if after is not None:
+            cursor = select(position).where(ConversationItem.id == after,
+                                            ConversationItem.conversation_id == conversation_id).scalar_subquery()
+            query = query.where(position > cursor if order == "asc" else position < cursor)
+        query = query.order_by(position if order == "asc" else position.desc()).limit(limit + 1)
+        async with self.session() as session:
+            found = list((await session.scalars(query)).all())
+        return ItemPage(found[:limit], len(found) > limit)
+
+    async def item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        async with self.session() as session:
+            return await session.scalar(select(ConversationItem.item).where(
+                ConversationItem.id == item_id, ConversationItem.conversation_id == conversation_id))
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> bool:
+        async with self.session() as session:
+            result = await session.execute(delete(ConversationItem).where(
+                ConversationItem.id == item_id, ConversationItem.conversation_id == conversation_id))
+            await session.commit()
+        return bool(getattr(result, "rowcount", 0))
+
+    async def evict(self) -> None:
+        now = int(time.time())
+        expired = select(StoredConversation.id).where(StoredConversation.expires_at <= now)
+        async with self.session() as session:
+            await session.execute(delete(ConversationItem).where(ConversationItem.conversation_id.in_(expired)))
+            await session.execute(delete(StoredConversation).where(StoredConversation.expires_at <= now))
+            await session.commit()
