@@ -27,11 +27,13 @@ class StoreConfig:
     def alchemy(self) -> Any:
         """advanced-alchemy's config, built on first use (it imports SQLAlchemy)."""
         if self._alchemy is None:
-            from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+            from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyAsyncConfig
 
             from plugins.store.models import StoreBase
 
+            # Rows outlive their session: what a call read or wrote is answered after it is committed.
             self._alchemy = SQLAlchemyAsyncConfig(connection_string=self.url, metadata=StoreBase.metadata,
+                                                  session_config=AsyncSessionConfig(expire_on_commit=False),
                                                   set_default_exception_handler=False)
         return self._alchemy
 
