@@ -105,6 +105,8 @@ def test_input_items_pages_as_openai(served):
     assert [i["content"][0]["text"] for i in newest["data"]] == ["m4", "m3"] and newest["has_more"] is True
     rest = client.get(base, params={"limit": 2, "after": newest["last_id"]}).json()
     assert [i["content"][0]["text"] for i in rest["data"]] == ["m2", "m1"]
+    back = client.get(base, params={"limit": 2, "before": rest["first_id"], "order": "desc"}).json()
+    assert [i["content"][0]["text"] for i in back["data"]] == ["m4", "m3"] and back["has_more"] is False
     oldest = client.get(base, params={"order": "asc", "limit": 10}).json()
     assert [i["content"][0]["text"] for i in oldest["data"]] == [f"m{i}" for i in range(5)]
     assert oldest["has_more"] is False

@@ -73,13 +73,13 @@ async def create_conversation_items(conversation_id: str, data: SkipValidation[C
 
 @operation("listConversationItems")
 async def list_conversation_items(conversation_id: str, request: Request, pipeline: PipelineDependency,
-                                  after: str | None = None, limit: int = 20,
-                                  order: Literal["asc", "desc"] = "desc") -> ResponseItemList:
+                                  after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "desc",
+                                  before: str | None = None) -> ResponseItemList:
     check_limit(limit)
     store, owner = store_and_owner(request, pipeline)
     await conversation(store, owner, conversation_id)
     assert store is not None
-    found = await store.conversations.page(conversation_id, after, limit, order)
+    found = await store.conversations.page(conversation_id, after, limit, order, before)
     return item_list(found.items, found.has_more)
 
 

@@ -119,12 +119,12 @@ async def delete_response(response_id: str, request: Request, pipeline: Pipeline
 
 @operation("listInputItems")
 async def list_input_items(response_id: str, request: Request, pipeline: PipelineDependency,
-                           after: str | None = None, limit: int = 20,
-                           order: Literal["asc", "desc"] = "desc") -> ResponseItemList:
+                           after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "desc",
+                           before: str | None = None) -> ResponseItemList:
     check_limit(limit)
     store, owner = store_and_owner(request, pipeline)
     row = await stored(store, owner, response_id)
-    found = page(list(row.input_items), after, limit, order)
+    found = page(list(row.input_items), after, limit, order, before)
     return item_list(found.items, found.has_more)
 
 

@@ -69,19 +69,25 @@ class ConversationStore(Tables):
                 ConversationItem.conversation_id == conversation_id).order_by(ConversationItem.position))
             return list(rows.all())
 
-    async def page(self, conversation_id: str, after: str | None, limit: int,
-                   order: Literal["asc", "desc"]) -> ItemPage:
-        """OpenAI's cursor page: at most `limit` items in `order`, those after the item `after`."""
+    async def page(self, conversation_id: str, after: str | None, limit: int, order: Literal["asc", "desc"],
+                   before: str | None = None) -> ItemPage:
+        """OpenAI's cursor page: items in `order`, the first `limit` after the item `after`, or the last
+        `limit` before the item `before` (those next to it)."""
         position = ConversationItem.position
         query = select(ConversationItem.item).where(ConversationItem.conversation_id == conversation_id)
-        if after is not None:
-            cursor = select(position).where(ConversationItem.id == after,
+        forward = order == "asc"
+        for cursor, later in ((after, forward), (before, not forward)):
+            if cursor is not None:
+                at = select(position).where(ConversationItem.id == cursor,
                                             ConversationItem.conversation_id == conversation_id).scalar_subquery()
-            query = query.where(position > cursor if order == "asc" else position < cursor)
-        query = query.order_by(position if order == "asc" else position.desc()).limit(limit + 1)
+                query = query.where(position > at if later else position < at)
+        backwards = before is not None  # read from the cursor outwards, then put back in `order`
+        ascending = forward != backwards
+        query = query.order_by(position if ascending else position.desc()).limit(limit + 1)
         async with self.session() as session:
             found = list((await session.scalars(query)).all())
-        return ItemPage(found[:limit], len(found) > limit)
+        kept = found[:limit]
+        return ItemPage(kept[::-1] if backwards else kept, len(found) > limit)
 
     async def item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         async with self.session() as session:

@@ -82,10 +82,15 @@ def live(expires_at: int | None) -> bool:
     return expires_at is None or expires_at > time.time()
 
 
-def page(items: list[dict[str, Any]], after: str | None, limit: int, order: Literal["asc", "desc"]) -> ItemPage:
-    """OpenAI's cursor pagination: items in `order`, those after the item `after`, at most `limit`."""
+def page(items: list[dict[str, Any]], after: str | None, limit: int, order: Literal["asc", "desc"],
+         before: str | None = None) -> ItemPage:
+    """OpenAI's cursor pagination: items in `order`, those after the item `after` (the first `limit`) or
+    before the item `before` (the last `limit`, those next to it)."""
     ordered = items if order == "asc" else items[::-1]
+    ids = [item.get("id") for item in ordered]
     if after is not None:
-        ids = [item.get("id") for item in ordered]
         ordered = ordered[ids.index(after) + 1:] if after in ids else []
+    if before is not None:
+        cut = ordered[:[item.get("id") for item in ordered].index(before)] if before in ids else []
+        return ItemPage(cut[-limit:], len(cut) > limit)
     return ItemPage(ordered[:limit], len(ordered) > limit)

@@ -1,0 +1,166 @@
+"""Background responses over a fake engine and a real store (SQLite, and PostgreSQL under `make test`):
+queued then made apart from the request, polled, streamed again from any event, cancelled, and stopped
+cleanly when the server stops."""
+
+import json
+import time
+
+import pytest
+from litestar.testing import TestClient
+
+from app.asgi import create_app
+from core.settings import Settings
+from tests.fakes import FakeEngine, fake_engine_factory
+from tests.sse import sse_payloads
+
+PATH = "/v1/responses"
+PIECES = [f" w{i}" for i in range(30)]
+
+
+def make_client(store_url, delay=0.0, **settings):
+    engine = FakeEngine(max_model_len=1024, delay=delay, script=lambda prompt, params: PIECES)
+    app = create_app(Settings(served_model_name="fake-model", store_url=store_url, **settings),
+                     engine_factory=fake_engine_factory(engine))
+    return TestClient(app), engine
+
+
+def wait_for(client, response_id, statuses=("completed", "incomplete", "failed", "cancelled"), headers=None):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        body = client.get(f"{PATH}/{response_id}", headers=headers).json()
+        if body["status"] in statuses:
+            return body
+        time.sleep(0.02)
+    raise AssertionError(f"{response_id} stayed {body['status']}")
+
+
+def events_of(text):
+    return [json.loads(payload) for payload in sse_payloads(text)]
+
+
+def test_a_background_response_is_queued_then_polled_to_its_end(store_url):
+    client, engine = make_client(store_url, delay=0.01)
+    with client:
+        queued = client.post(PATH, json={"input": "hi", "background": True})
+        assert queued.status_code == 200
+        body = queued.json()
+        assert body["status"] == "queued" and body["background"] is True and body["output"] == []
+        done = wait_for(client, body["id"])
+        assert done["status"] == "completed" and done["background"] is True
+        assert done["output"][0]["content"][0]["text"] == "".join(PIECES)
+        items = client.get(f"{PATH}/{body['id']}/input_items").json()["data"]
+        assert items[0]["content"] == [{"type": "input_text", "text": "hi"}]
+        # continued like any stored response
+        client.post(PATH, json={"input": "next", "previous_response_id": body["id"]})
+        assert "".join(PIECES) in engine.calls[-1].prompt.text
+
+
+def test_a_background_stream_is_replayed_whole_or_after_an_event(store_url):
+    client, _ = make_client(store_url)
+    with client:
+        streamed = client.post(PATH, json={"input": "hi", "background": True, "stream": True})
+        assert streamed.status_code == 200
+        events = events_of(streamed.text)
+        assert events[0]["type"] == "response.created" and events[0]["response"]["status"] == "queued"
+        assert events[-1]["type"] == "response.completed"
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        response_id = events[0]["response"]["id"]
+        wait_for(client, response_id)
+        again = client.get(f"{PATH}/{response_id}", params={"stream": "true"})
+        assert again.status_code == 200 and events_of(again.text) == events
+        after = client.get(f"{PATH}/{response_id}", params={"stream": "true", "starting_after": 5})
+        assert events_of(after.text) == events[6:]
+
+
+def test_a_stream_on_another_process_follows_the_stored_events(store_url):
+    """The run is made here, but the stream reads the store (as a stream on another API process does)."""
+    client, _ = make_client(store_url, delay=0.02)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        runs = client.app.state["store"].runs
+        run = runs.runs.pop(response_id, None)  # this process no longer knows it: the store is read
+        followed = client.get(f"{PATH}/{response_id}", params={"stream": "true"})
+        events = events_of(followed.text)
+        assert events[-1]["type"] == "response.completed"
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        if run is not None:
+            assert [json.loads(data) for _, _, data in run.events] == events
+
+
+def test_cancel_stops_a_background_response_and_is_idempotent(store_url):
+    client, engine = make_client(store_url, delay=0.05)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        wait_for(client, response_id, ("in_progress",))
+        cancelled = client.post(f"{PATH}/{response_id}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        deadline = time.monotonic() + 5
+        while not engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.aborted  # the generation stopped
+        assert client.get(f"{PATH}/{response_id}").json()["status"] == "cancelled"
+        again = client.post(f"{PATH}/{response_id}/cancel")
+        assert again.status_code == 200 and again.json()["status"] == "cancelled"
+        replay = events_of(client.get(f"{PATH}/{response_id}", params={"stream": "true"}).text)
+        assert not any(event["type"] in ("response.completed", "response.failed") for event in replay)
+
+
+def test_cancelling_an_ended_background_response_returns_it_as_it_ended(store_url):
+    client, _ = make_client(store_url)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        wait_for(client, response_id)
+        cancelled = client.post(f"{PATH}/{response_id}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "completed"
+
+
+def test_background_errors(store_url, tmp_path):
+    client, _ = make_client(store_url, api_keys=("key-a", "key-b"))
+    a, b = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
+    with client:
+        plain = client.post(PATH, json={"input": "hi"}, headers=a).json()
+        refused = client.post(f"{PATH}/{plain['id']}/cancel", headers=a)
+        assert refused.status_code == 400 and "background" in refused.json()["error"]["message"]
+        not_streamed = client.get(f"{PATH}/{plain['id']}", params={"stream": "true"}, headers=a)
+        assert not_streamed.status_code == 400 and not_streamed.json()["error"]["param"] == "stream"
+        assert client.post(f"{PATH}/resp_nope/cancel", headers=a).status_code == 404
+        background = client.post(PATH, json={"input": "hi", "background": True}, headers=a).json()
+        for response in (client.post(f"{PATH}/{background['id']}/cancel", headers=b),
+                         client.get(f"{PATH}/{background['id']}", params={"stream": "true"}, headers=b)):
+            assert response.status_code == 404  # another key's
+        unstored = client.post(PATH, json={"input": "hi", "background": True, "store": False}, headers=a)
+        assert unstored.status_code == 400 and unstored.json()["error"]["param"] == "background"
+        wait_for(client, background["id"], headers=a)
+    stateless, _ = make_client(None)
+    with stateless:
+        response = stateless.post(PATH, json={"input": "hi", "background": True})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "background"
+
+
+def test_a_background_response_the_server_stops_is_stored_as_failed(store_url):
+    client, _ = make_client(store_url, delay=0.1)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        wait_for(client, response_id, ("in_progress",))
+    again, _ = make_client(store_url)
+    with again:
+        body = again.get(f"{PATH}/{response_id}").json()
+        assert body["status"] == "failed" and "stopped" in body["error"]["message"]
+        events = events_of(again.get(f"{PATH}/{response_id}", params={"stream": "true"}).text)
+        assert events[-1]["type"] == "response.failed"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failed_background_response_says_so(store_url, stream):
+    client, engine = make_client(store_url)
+
+    def broken(prompt, params):
+        raise RuntimeError("engine exploded")
+
+    engine.script = broken
+    with client:
+        created = client.post(PATH, json={"input": "hi", "background": True, "stream": stream})
+        assert created.status_code == 200
+        response_id = (events_of(created.text)[0]["response"]["id"] if stream else created.json()["id"])
+        body = wait_for(client, response_id)
+        assert body["status"] == "failed" and "exploded" not in json.dumps(body)
