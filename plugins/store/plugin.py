@@ -63,15 +63,16 @@ class StoreConfig:
                 app.state.pop(self.state_key, None)
 
     async def _prepare(self) -> None:
-        """The tables (and, for SQLite, its directory and WAL mode: one file, several API processes)."""
-        from plugins.store.models import StoreBase
+        """The tables, migrated to the newest revision (plugins/store/migrate.py; and, for SQLite, its directory
+        and WAL mode: one file, several API processes)."""
+        from plugins.store.migrate import upgrade
 
         if self.url is not None and self.url.startswith("sqlite+aiosqlite:///"):
             Path(self.url.removeprefix("sqlite+aiosqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        async with self.alchemy.get_engine().begin() as connection:
-            if self.url is not None and self.url.startswith("sqlite"):
+        if self.url is not None and self.url.startswith("sqlite"):
+            async with self.alchemy.get_engine().begin() as connection:
                 await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-            await connection.run_sync(StoreBase.metadata.create_all)
+        await upgrade(self.alchemy.get_engine())
 
 
 class _Once:
