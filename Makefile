@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench vllm-suite clean
+.PHONY: install serve test model bench vllm-suite clean postgres
 
 install: $(STAMP) model
 
@@ -42,11 +42,20 @@ model: $(STAMP)
 serve: install
 	$(BIN)/choir-serve --host $(HOST) --port $(PORT)
 
-test: install
+# The store's tests run on SQLite and on a throwaway PostgreSQL cluster that they start themselves (tests/databases.py):
+# Debian's server binaries, installed here if missing; no system service is started for them.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get install -y -q postgresql >/dev/null; \
+	  else echo "make test needs PostgreSQL's server binaries: apt-get install postgresql (as root)"; exit 1; fi; }
+
+test: install postgres
 	$(BIN)/ruff check app core plugins tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	CHOIR_TEST_POSTGRES=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)

@@ -5,6 +5,7 @@ from litestar.testing import TestClient
 
 from app.asgi import create_app
 from core.settings import Settings
+from tests.databases import postgres, store_url  # noqa: F401 - the store's databases, for every test
 from tests.fakes import FakeEngine, fake_engine_factory
 
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")

@@ -13,17 +13,17 @@ from tests.sse import sse_payloads
 PATH = "/v1/responses"
 
 
-def make_client(tmp_path, store=True, max_model_len=1024, **settings):
+def make_client(url, max_model_len=1024, **settings):
+    """`url`: the store's (the `store_url` fixture: SQLite, then PostgreSQL), None: no store."""
     engine = FakeEngine(max_model_len=max_model_len)
-    url = f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}" if store else None
     app = create_app(Settings(served_model_name="fake-model", store_url=url, **settings),
                      engine_factory=fake_engine_factory(engine))
     return TestClient(app), engine
 
 
 @pytest.fixture
-def served(tmp_path):
-    client, engine = make_client(tmp_path)
+def served(store_url):
+    client, engine = make_client(store_url)
     with client:
         yield client, engine
 
@@ -80,8 +80,8 @@ def test_a_streamed_response_is_stored_before_its_last_event(served):
     assert stored["status"] == "completed" and stored["store"] is True
 
 
-def test_a_continued_conversation_over_the_context_is_a_400_naming_previous_response_id(tmp_path):
-    client, _ = make_client(tmp_path, max_model_len=64)
+def test_a_continued_conversation_over_the_context_is_a_400_naming_previous_response_id(store_url):
+    client, _ = make_client(store_url, max_model_len=64)
     with client:
         first = client.post(PATH, json={"input": "first question"}).json()
         response = client.post(PATH, json={"input": "second", "previous_response_id": first["id"]})
@@ -114,8 +114,8 @@ def test_input_items_pages_as_openai(served):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
 
 
-def test_each_key_sees_only_what_it_stored(tmp_path):
-    client, _ = make_client(tmp_path, api_keys=("key-a", "key-b"))
+def test_each_key_sees_only_what_it_stored(store_url):
+    client, _ = make_client(store_url, api_keys=("key-a", "key-b"))
     a, b = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
     with client:
         created = client.post(PATH, json={"input": "secret"}, headers=a).json()
@@ -129,7 +129,7 @@ def test_each_key_sees_only_what_it_stored(tmp_path):
 
 
 def test_without_a_store_nothing_is_kept_and_previous_response_id_is_a_400(tmp_path):
-    client, _ = make_client(tmp_path, store=False)
+    client, _ = make_client(None)
     with client:
         created = client.post(PATH, json={"input": "hi"}).json()
         assert created["store"] is False and client.get(f"{PATH}/{created['id']}").status_code == 404
@@ -148,7 +148,10 @@ def test_a_store_that_is_down_fails_stateful_calls_only(served):
 
     store.responses.sessions = store.conversations.sessions = down
     for response in (client.get(f"{PATH}/{created['id']}"), client.post(PATH, json={"input": "hi"}),
-                     client.post(PATH, json={"input": "x", "previous_response_id": created["id"]})):
+                     client.post(PATH, json={"input": "x", "previous_response_id": created["id"]}),
+                     client.post(PATH, json={"input": "x", "background": True}),
+                     client.post("/v1/conversations", json={}), client.get("/v1/conversations/conv_x"),
+                     client.post(PATH, json={"input": "x", "conversation": "conv_x", "store": False})):
         assert response.status_code == 503 and "store" in response.json()["error"]["message"]
     assert client.post(PATH, json={"input": "hi", "store": False}).status_code == 200
     assert client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}).status_code \
@@ -203,3 +206,27 @@ def test_a_continuation_carries_the_earlier_output_items_reasoning_included():
                 "content": [{"type": "output_text", "text": "answer", "annotations": [], "logprobs": []}]}]
     assert messages_of(history, "input") == [{"role": "user", "content": "q"},
                                              {"role": "assistant", "content": "answer", "reasoning": "think"}]
+
+
+def test_a_postgresql_that_cannot_be_reached_leaves_the_server_serving():
+    from tests.integration.server import free_port
+
+    engine = FakeEngine(max_model_len=1024)
+    url = f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/nothing"
+    with TestClient(create_app(Settings(served_model_name="fake-model", store_url=url),
+                               engine_factory=fake_engine_factory(engine))) as client:
+        assert client.post(PATH, json={"input": "hi", "store": False}).status_code == 200
+        for response in (client.post(PATH, json={"input": "hi"}), client.post("/v1/conversations", json={})):
+            assert response.status_code == 503 and response.json()["error"]["type"]
+
+
+def test_a_continued_chain_starts_its_time_to_live_again(store_url):
+    client, _ = make_client(store_url, store_ttl=3600)
+    with client:
+        first = client.post(PATH, json={"input": "one"}).json()
+        store = client.app.state["store"].responses
+        before = client.blocking_portal.call(store.get, "", first["id"]).expires_at
+        store.ttl = 7200
+        client.post(PATH, json={"input": "two", "previous_response_id": first["id"]})
+        after = client.blocking_portal.call(store.get, "", first["id"]).expires_at
+        assert after >= before + 3600 - 5

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from core.settings import BUNDLED_LORA_DIR, bundled_model_dir
+from tests.databases import postgres_or_none
 from tests.integration.server import Server, Streams, start_server
 from tests.integration.test_fanout import engine_gauge
 from tests.sse import sse_json
@@ -46,9 +47,29 @@ def two(tmp_path_factory) -> Server:
     server.stop()
 
 
-def test_a_response_stored_by_one_process_is_continued_by_the_other(two):
-    """Both API processes share one store (a SQLite file in WAL mode): each continuation below is served by
-    whichever process accepts it, and every one finds its parent whichever stored it."""
+@pytest.fixture(scope="module")
+def two_on_postgres(tmp_path_factory, request) -> Server:
+    """Two API processes whose store is PostgreSQL (as processes on several hosts would share it)."""
+    url = postgres_or_none(request)
+    if url is None:
+        pytest.skip("no PostgreSQL here (`make test` installs it)")
+    server = start_server(tmp_path_factory.mktemp("two-pg") / "server.log", {**TWO, "CHOIR_STORE_URL": url},
+                          serve=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared(request) -> Server:
+    """Two API processes over one store: the default SQLite file (WAL: the processes of one host), then
+    PostgreSQL."""
+    return request.getfixturevalue("two" if request.param == "sqlite" else "two_on_postgres")
+
+
+def test_a_response_stored_by_one_process_is_continued_by_the_other(shared):
+    """Both API processes share one store: each continuation below is served by whichever process accepts
+    it, and every one finds its parent whichever stored it."""
+    two = shared
     def request_lines() -> list[dict]:
         return [json.loads(line) for line in two.log().splitlines()
                 if line.startswith("{") and json.loads(line).get("event") == "request"]
@@ -64,6 +85,56 @@ def test_a_response_stored_by_one_process_is_continued_by_the_other(two):
     assert len(set(by_id.values())) == 2  # both processes stored and continued
     final = httpx.get(f"{two.base_url}/v1/responses/{previous}", timeout=60).json()
     assert final["previous_response_id"] and final["store"] is True
+
+
+def test_a_background_response_is_followed_and_cancelled_from_either_process(shared):
+    """A background response is made by the process that took its request; its stream is read, and its cancel
+    lands, on whichever process takes each later connection (the other one reads the stored events)."""
+    two = shared
+    def background(max_output_tokens: int) -> str:
+        body = {"model": "choir-tiny", "input": "hi", "background": True, "max_output_tokens": max_output_tokens}
+        reply = httpx.post(f"{two.base_url}/v1/responses", json=body, timeout=60)
+        assert reply.status_code == 200 and reply.json()["status"] == "queued", reply.text
+        return reply.json()["id"]
+
+    response_id, before = background(40), served_by_count(two)
+    for round_ in range(24):  # a new connection each, until both processes have streamed it (4 at least)
+        streamed = httpx.get(f"{two.base_url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=60)
+        events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        assert events[-1]["type"] in ("response.completed", "response.incomplete")
+        after = served_by_count(two)
+        if round_ >= 3 and all(after.get(i, 0) > before.get(i, 0) for i in (0, 1)):
+            break
+    assert all(after.get(i, 0) > before.get(i, 0) for i in (0, 1)), (before, after)
+    for _ in range(4):  # cancels that may land on the other process: the run stops at its next batch
+        long = background(1500)
+        cancelled = httpx.post(f"{two.base_url}/v1/responses/{long}/cancel", timeout=60).json()
+        assert cancelled["status"] == "cancelled"
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{two.base_url}/v1/responses/{long}", timeout=60).json()["status"] != "cancelled":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    deadline = time.monotonic() + 30  # every cancelled generation was stopped in the engine
+    while httpx.get(f"{two.base_url}/health", timeout=60).json()["unfinished_requests"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_conversation_is_continued_by_either_process(shared):
+    two = shared
+    conversation = httpx.post(f"{two.base_url}/v1/conversations", timeout=60,
+                              json={"items": [{"role": "user", "content": "start"}]}).json()
+    for index in range(8):  # a new connection each
+        reply = httpx.post(f"{two.base_url}/v1/responses", timeout=60, json={
+            "model": "choir-tiny", "input": f"turn {index}", "max_output_tokens": 2,
+            "conversation": conversation["id"]})
+        assert reply.status_code == 200, reply.text
+    items = httpx.get(f"{two.base_url}/v1/conversations/{conversation['id']}/items",
+                      params={"order": "asc", "limit": 100}, timeout=60).json()["data"]
+    users = [item["content"][0]["text"] for item in items if item["role"] == "user"]
+    assert users == ["start", *(f"turn {index}" for index in range(8))]
+    assert [item["role"] for item in items].count("assistant") == 8  # each turn's answer, after its input
 
 
 def test_both_processes_serve_one_engine(two):
