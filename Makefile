@@ -43,13 +43,16 @@ serve: install
 	$(BIN)/choir-serve --host $(HOST) --port $(PORT)
 
 # The store's tests run on SQLite and on a throwaway PostgreSQL cluster that they start themselves (tests/databases.py):
-# Debian's server binaries, installed here if missing; no system service is started for them.
+# Debian's server binaries, installed here if missing (as root, or through sudo); no system service is started for them.
+PG_FOUND := ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
+PG_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || \
-	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
-	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get install -y -q postgresql >/dev/null; \
-	  else echo "make test needs PostgreSQL's server binaries: apt-get install postgresql (as root)"; exit 1; fi; }
+	@$(PG_FOUND) || { \
+	  echo "make test: installing Debian's postgresql (the store's tests start a cluster of their own)"; \
+	  if [ "$$(id -u)" = 0 ]; then AS=env; elif command -v sudo >/dev/null 2>&1; then AS="sudo -n env"; \
+	  else echo "make test needs PostgreSQL's server binaries (initdb): run apt-get install postgresql as root"; exit 1; fi; \
+	  $$AS $(PG_INSTALL) 2>/dev/null || { $$AS apt-get update -q >/dev/null && $$AS $(PG_INSTALL); }; \
+	  $(PG_FOUND) || { echo "make test needs PostgreSQL's server binaries (initdb): apt-get install postgresql failed"; exit 1; }; }
 
 test: install postgres
 	$(BIN)/ruff check app core plugins tests benchmarks conformance

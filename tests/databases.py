@@ -1,8 +1,8 @@
 """The databases the store's tests run on: a SQLite file per test, and a throwaway PostgreSQL cluster (Debian's
 `postgresql` binaries) started once per session on a free loopback port, with a fresh database per test.
 
-`make test` installs PostgreSQL if it is missing and sets CHOIR_TEST_POSTGRES=1: a cluster that cannot start is
-then a failure. Elsewhere the PostgreSQL variants run when the binaries are there, and are skipped when not."""
+CHOIR_TEST_POSTGRES=1 (`make test` sets it, after installing PostgreSQL if it is missing) runs the PostgreSQL
+variants, and a cluster that cannot start is then a failure. Without it they are skipped, saying so."""
 
 import glob
 import itertools
@@ -10,9 +10,10 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,15 @@ import pytest
 from tests.integration.server import free_port
 
 REQUIRED = os.environ.get("CHOIR_TEST_POSTGRES") == "1"
+
+# Stops the cluster and removes its directory once its stdin closes: at teardown, or when pytest is killed
+# before it (the write end is the session's, and closes with it).
+_WATCHDOG = """
+import shutil, subprocess, sys
+sys.stdin.read()
+subprocess.run(sys.argv[2:], capture_output=True, timeout=60)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
 
 
 def _bin_dir() -> Path | None:
@@ -34,25 +44,34 @@ def _bin_dir() -> Path | None:
 @dataclass
 class Cluster:
     bin_dir: Path
-    data: Path
-    port: int
+    data: Path  # the cluster (data/db), its log and its unix socket
     user: str | None  # the system user the server runs as (initdb refuses root), None: this one
-    _names = itertools.count()
+    port: int = 0
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    def command(self, tool: str, *args: str) -> list[str]:
+        command = [str(self.bin_dir / tool), *args]
+        return command if self.user is None else ["runuser", "-u", self.user, "--", *command]
 
     def run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [str(self.bin_dir / tool), *args]
-        if self.user is not None:
-            command = ["runuser", "-u", self.user, "--", *command]
-        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        return subprocess.run(self.command(tool, *args), check=True, capture_output=True, text=True, timeout=120)
 
     def start(self) -> None:
         self.run("initdb", "-D", str(self.data / "db"), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-        self.run("pg_ctl", "-D", str(self.data / "db"), "-o", options, "-l", str(self.data / "log"), "-w", "start")
+        for attempt in range(3):  # a free port can be taken before the server binds it
+            self.port = free_port()
+            options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off "
+                       "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+            try:
+                self.run("pg_ctl", "-D", str(self.data / "db"), "-o", options, "-l", str(self.data / "log"), "-w",
+                         "start")
+                return
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
 
-    def stop(self) -> None:
-        self.run("pg_ctl", "-D", str(self.data / "db"), "-m", "immediate", "-w", "stop")
+    def stop_command(self) -> list[str]:
+        return self.command("pg_ctl", "-D", str(self.data / "db"), "-m", "immediate", "-w", "stop")
 
     def new_database(self) -> str:
         """A fresh, empty database: its SQLAlchemy async URL."""
@@ -65,36 +84,45 @@ class Cluster:
 def _unavailable(reason: str) -> None:
     if REQUIRED:
         pytest.fail(f"PostgreSQL is required here (CHOIR_TEST_POSTGRES=1): {reason}", pytrace=False)
-    pytest.skip(f"PostgreSQL variant: {reason} (`make test` installs Debian's postgresql)")
+    pytest.skip(f"PostgreSQL variant: {reason}")
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Cluster]:
+    """One throwaway cluster per session (per pytest-xdist worker, were it used): trust auth, 127.0.0.1 only,
+    fsync off; stopped and removed at the session's end."""
+    if not REQUIRED:
+        _unavailable("CHOIR_TEST_POSTGRES=1 runs it (`make test` sets it)")
     bin_dir = _bin_dir()
     if bin_dir is None:
-        _unavailable("no initdb found")
+        _unavailable("no initdb found (`make test` installs Debian's postgresql)")
     assert bin_dir is not None
-    data = Path(tempfile.mkdtemp(prefix="choir-pg-"))
+    root = os.geteuid() == 0
+    # As root, a directory the `postgres` user can reach, its socket path short (unix sockets take ~100 bytes).
+    data = Path(tempfile.mkdtemp(prefix="choir-pg-", dir="/tmp" if root else None))
     user = None
-    if os.geteuid() == 0:  # initdb will not run as root: the package's own user runs the cluster
+    if root:  # initdb will not run as root: the package's own user runs the cluster
         try:
-            user = "postgres"
-            account = pwd.getpwnam(user)
+            account = pwd.getpwnam("postgres")
         except KeyError:
+            shutil.rmtree(data)
             _unavailable("running as root, and there is no `postgres` user to run the server as")
+        user = account.pw_name
         os.chown(data, account.pw_uid, account.pw_gid)
-    cluster = Cluster(bin_dir, data, free_port(), user)
+    cluster = Cluster(bin_dir, data, user)
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(data), *cluster.stop_command()],
+                                stdin=subprocess.PIPE, start_new_session=True)
     try:
-        cluster.start()
-    except subprocess.CalledProcessError as exc:
-        log = (data / "log").read_text() if (data / "log").exists() else ""
-        shutil.rmtree(data, ignore_errors=True)
-        _unavailable(f"the cluster did not start: {exc.stderr.strip()} {log[-500:]}")
-    yield cluster
-    try:
-        cluster.stop()
+        try:
+            cluster.start()
+        except subprocess.CalledProcessError as exc:
+            log = (data / "log").read_text(errors="replace") if (data / "log").exists() else ""
+            _unavailable(f"the cluster did not start: {exc.stderr.strip()} {log[-500:]}")
+        yield cluster
     finally:
-        shutil.rmtree(data, ignore_errors=True)
+        assert watchdog.stdin is not None
+        watchdog.stdin.close()
+        watchdog.wait(timeout=90)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -102,13 +130,20 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store's URL, empty: a SQLite file of this test's, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}"
-    return request.getfixturevalue("postgres").new_database()
+    return postgres_url(request)
+
+
+def postgres_url(request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL database (its SQLAlchemy async URL), e.g. for a server under test; skips the test,
+    or fails it under CHOIR_TEST_POSTGRES=1, where there is no cluster."""
+    cluster: Cluster = request.getfixturevalue("postgres")
+    return cluster.new_database()
 
 
 def postgres_or_none(request: pytest.FixtureRequest) -> str | None:
-    """A fresh PostgreSQL database for a server under test, or None where there is no PostgreSQL (then the
-    server keeps its default SQLite store)."""
+    """A fresh PostgreSQL database for a server under test, or None where the PostgreSQL variants are skipped
+    (then the server keeps its default SQLite store)."""
     try:
-        return request.getfixturevalue("postgres").new_database()
+        return postgres_url(request)
     except pytest.skip.Exception:
         return None
