@@ -164,3 +164,86 @@ def test_a_failed_background_response_says_so(store_url, stream):
         response_id = (events_of(created.text)[0]["response"]["id"] if stream else created.json()["id"])
         body = wait_for(client, response_id)
         assert body["status"] == "failed" and "exploded" not in json.dumps(body)
+
+
+def test_a_cancel_stored_by_another_process_stops_the_run_without_a_last_event(store_url):
+    """The cancel lands in the store only (as from another API process): the run learns of it at its next batch
+    (a background response is made as a stream even when no client follows it) and writes nothing more."""
+    client, engine = make_client(store_url, delay=0.05)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        wait_for(client, response_id, ("in_progress",))
+        store = client.app.state["store"]
+        run = store.runs.runs[response_id]
+        _, took_effect = client.blocking_portal.call(store.responses.cancel, "", response_id)
+        assert took_effect
+        deadline = time.monotonic() + 5
+        while not engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.aborted and run.done
+        assert not [name for _, name, _ in run.events if name in ("response.completed", "response.failed")]
+        assert client.get(f"{PATH}/{response_id}").json()["status"] == "cancelled"
+
+
+def test_a_local_cancel_sends_no_failed_event_to_the_streams_that_follow(store_url):
+    client, engine = make_client(store_url, delay=0.05)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        wait_for(client, response_id, ("in_progress",))
+        run = client.app.state["store"].runs.runs[response_id]
+        assert client.post(f"{PATH}/{response_id}/cancel").json()["status"] == "cancelled"
+        deadline = time.monotonic() + 5
+        while not run.done and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert run.done and "response.failed" not in [name for _, name, _ in run.events]
+
+
+def test_a_background_response_in_a_conversation_adds_its_turn_with_its_end_and_not_when_cancelled(store_url):
+    client, _ = make_client(store_url, delay=0.02)
+    with client:
+        conversation = client.post("/v1/conversations", json={}).json()["id"]
+        items = f"/v1/conversations/{conversation}/items"
+        done = client.post(PATH, json={"input": "hi", "background": True, "conversation": conversation}).json()
+        ended = wait_for(client, done["id"])
+        listed = client.get(items, params={"order": "asc"}).json()["data"]
+        assert ended["status"] == "completed" and [item["role"] for item in listed] == ["user", "assistant"]
+        stopped = client.post(PATH, json={"input": "again", "background": True, "conversation": conversation})
+        wait_for(client, stopped.json()["id"], ("in_progress",))
+        client.post(f"{PATH}/{stopped.json()['id']}/cancel")
+        time.sleep(0.3)
+        assert len(client.get(items).json()["data"]) == 2  # the cancelled turn is not added
+
+
+def test_an_unfinished_background_response_cannot_be_continued(store_url):
+    client, _ = make_client(store_url, delay=0.05)
+    with client:
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        early = client.post(PATH, json={"input": "next", "previous_response_id": response_id})
+        assert early.status_code == 400 and early.json()["error"]["param"] == "previous_response_id"
+        client.post(f"{PATH}/{response_id}/cancel")
+
+
+def test_an_orphaned_background_response_is_reaped_as_failed(store_url):
+    """Its process died (no heartbeat for STALE_SECONDS): a GET stores it as failed, a stream ends."""
+    from plugins.store.responses import STALE_SECONDS
+
+    client, _ = make_client(store_url)
+    with client:
+        responses = client.app.state["store"].responses
+        body = {"id": "resp_orphan", "object": "response", "created_at": 0, "status": "in_progress", "model": "m",
+                "output": [], "background": True}
+        client.blocking_portal.call(responses.save, "", body, [])
+
+        async def age() -> None:
+            from sqlalchemy import update
+
+            from plugins.store.models import StoredResponse
+
+            async with responses.session() as session:
+                await session.execute(update(StoredResponse).values(heartbeat_at=int(time.time()) - STALE_SECONDS - 1))
+                await session.commit()
+
+        client.blocking_portal.call(age)
+        assert client.get(f"{PATH}/resp_orphan", params={"stream": "true"}).status_code == 200  # it ends
+        reaped = client.get(f"{PATH}/resp_orphan").json()
+        assert reaped["status"] == "failed" and "stopped" in reaped["error"]["message"]

@@ -192,3 +192,61 @@ def test_a_deleted_turn_breaks_the_chain_with_a_404_naming_it(served):
     broken = client.post(RESPONSES, json={"input": "three", "previous_response_id": second["id"]})
     assert broken.status_code == 404 and first["id"] in broken.json()["error"]["message"]
     assert broken.json()["error"]["param"] == "previous_response_id"
+
+
+def test_item_ids_are_the_clients_and_unique_within_a_conversation(served):
+    client, _ = served
+    item = {"type": "message", "role": "user", "content": "x", "id": "msg_mine"}
+    conversation = client.post(CONVERSATIONS, json={"items": [item, item]}).json()
+    listed = client.get(f"{CONVERSATIONS}/{conversation['id']}/items", params={"order": "asc"}).json()["data"]
+    assert listed[0]["id"] == "msg_mine" and listed[1]["id"].startswith("msg_") and listed[1]["id"] != "msg_mine"
+    other = client.post(CONVERSATIONS, json={"items": [item]}).json()  # another conversation may use it too
+    assert client.get(f"{CONVERSATIONS}/{other['id']}/items/msg_mine").status_code == 200
+    first = client.post(RESPONSES, json={"input": "hi", "conversation": conversation["id"]}).json()
+    again = client.post(RESPONSES, json={"input": first["output"], "conversation": conversation["id"]})
+    assert again.status_code == 200  # its output sent back as input: stored again under new ids
+    long = client.post(CONVERSATIONS, json={"items": [{**item, "id": "x" * 257}]})
+    assert long.status_code == 400 and long.json()["error"]["param"] == "items[0].id"
+
+
+def test_input_items_take_after_and_before_together(served):
+    client, _ = served
+    created = client.post(RESPONSES, json={"input": [{"role": "user", "content": f"m{i}"} for i in range(5)]}).json()
+    items = client.get(f"{RESPONSES}/{created['id']}/input_items", params={"order": "asc"}).json()["data"]
+    between = client.get(f"{RESPONSES}/{created['id']}/input_items", params={
+        "order": "asc", "after": items[0]["id"], "before": items[4]["id"], "limit": 2}).json()
+    assert texts(between["data"]) == ["m2", "m3"] and between["has_more"] is True
+
+
+def test_a_chain_is_read_to_its_limit(store_url, monkeypatch):
+    from plugins.store import responses
+
+    monkeypatch.setattr(responses, "MAX_CHAIN", 3)
+    monkeypatch.setattr("app.serving.stored.MAX_CHAIN", 3)
+    app, _ = make_app(store_url)
+    with TestClient(app) as client:
+        previous = None
+        for turn in range(4):  # the fourth continues three turns: the most the query reads
+            body = {"input": f"t{turn}", **({"previous_response_id": previous} if previous else {})}
+            previous = client.post(RESPONSES, json=body).json()["id"]
+        refused = client.post(RESPONSES, json={"input": "t4", "previous_response_id": previous})
+        assert refused.status_code == 400 and "3 turns" in refused.json()["error"]["message"]
+        store = client.app.state["store"].responses
+        body = {"id": "resp_loop", "object": "response", "created_at": 0, "status": "completed", "model": "m",
+                "output": []}
+        client.blocking_portal.call(store.save, "", body, [], ["resp_loop"])  # a cycle: the query still ends
+        looped = client.post(RESPONSES, json={"input": "x", "previous_response_id": "resp_loop"})
+        assert looped.status_code == 400
+
+
+def test_truncation_auto_keeps_room_for_max_output_tokens(store_url):
+    app, engine = make_app(store_url, max_model_len=80)
+    with TestClient(app) as client:
+        previous = None
+        for text in ("first turn", "second turn", "third turn"):
+            body = {"input": text, "truncation": "auto", "max_output_tokens": 30,
+                    **({"previous_response_id": previous} if previous else {})}
+            response = client.post(RESPONSES, json=body)
+            assert response.status_code == 200, response.text
+            assert response.json()["usage"]["input_tokens"] + 30 <= 80
+            previous = response.json()["id"]

@@ -8,6 +8,7 @@ from litestar.params import SkipValidation
 
 from app.routes.responses import check_limit, item_list, store_and_owner
 from app.serving.conversations import as_conversation, conversation, needs_store, new_id, new_items
+from app.serving.stored import conversation_not_found
 from core.errors import APIError
 from core.protocol.conversations import (
     Conversation,
@@ -65,10 +66,10 @@ async def create_conversation_items(conversation_id: str, data: SkipValidation[C
     store, owner = store_and_owner(request, pipeline)
     await conversation(store, owner, conversation_id)
     assert store is not None
-    items = new_items(body.items)
-    if not await store.conversations.add(conversation_id, items):
-        await conversation(store, owner, conversation_id)  # deleted meanwhile: its 404
-    return item_list(items, False)
+    added = await store.conversations.add(conversation_id, new_items(body.items))
+    if added is None:
+        raise conversation_not_found(conversation_id, "conversation_id")  # deleted meanwhile
+    return item_list(added, False)
 
 
 @operation("listConversationItems")

@@ -37,10 +37,10 @@ async def create_response(data: SkipValidation[ResponsesRequest], request: Reque
         _check_background(store, body)
 
     async def answer() -> Response:
-        context = await continued(store, owner, body)
         keep = wants_store(store, body)
-        if keep and store is not None:
+        if keep and store is not None:  # first: a chain read is never of a response this one would replace
             await store.responses.check_free(begun.response_id)
+        context = await continued(store, owner, body)
         job, builder = await plan_response(pipeline, body, begun.response_id, now(), context.history, keep)
         counts = counted(request, job)
         if body.background and store is not None:
@@ -102,10 +102,11 @@ async def cancel_response(response_id: str, request: Request, pipeline: Pipeline
     if not row.background:
         raise bad_request("Only a response made with `background: true` can be cancelled.", "response_id")
     assert store is not None
-    cancelled = await store.responses.cancel(owner, response_id)
+    cancelled, took_effect = await store.responses.cancel(owner, response_id)
     if cancelled is None:
         raise not_found(response_id, "response_id")
-    store.runs.cancel(response_id)  # made here: it stops now (elsewhere: at its next batch of events)
+    if took_effect:  # made here: it stops now (elsewhere: at its next batch of events, or heartbeat)
+        store.runs.cancel(response_id)
     return as_response(cancelled)
 
 
@@ -114,6 +115,7 @@ async def delete_response(response_id: str, request: Request, pipeline: Pipeline
     store, owner = store_and_owner(request, pipeline)
     if store is None or not await store.responses.delete(owner, response_id):
         raise not_found(response_id, "response_id")
+    store.runs.cancel(response_id)  # a background response deleted while it is made here stops
     return DeletedResponse(id=response_id)
 
 

@@ -21,7 +21,7 @@ from app.serving.streaming import named_frame
 from core.errors import APIError
 from core.protocol.responses import ResponsesRequest
 from plugins.aggregation import Aggregator
-from plugins.store.responses import UNFINISHED
+from plugins.store.responses import HEARTBEAT_SECONDS, UNFINISHED, InTransaction
 from plugins.store.runs import Frame, Run
 from plugins.store.store import Store
 from plugins.store.tables import StoreUnavailable
@@ -43,27 +43,48 @@ async def _make(store: Store, run: Run, request: ResponsesRequest, context: Cont
                 job: ChatJob, builder: ResponseBuilder, counts: TokenCounts) -> None:
     responses, response_id = store.responses, job.response_id
     writer = _Writer(store, run, response_id)
+    task = asyncio.current_task()
+    assert task is not None
+    watch = asyncio.create_task(_watch(store, response_id, task, writer))
     try:
         if not await responses.change(response_id, msgspec.to_builtins(builder.response("in_progress"))):
             return  # cancelled while queued
         async with aclosing(response_events(aggregator, job, builder, counts)) as batches:
             async for events, _ in batches:
                 if builder.closed is not None:
-                    await writer.write(events, msgspec.to_builtins(builder.closed))
-                    if request.conversation_id is not None:
-                        await store.conversations.add(request.conversation_id,
-                                                      [*context.turn, *msgspec.to_builtins(builder.closed.output)])
+                    turn = None
+                    if request.conversation_id is not None:  # the turn goes in with the final state, or not at all
+                        items = [*context.turn, *msgspec.to_builtins(builder.closed.output)]
+                        turn = store.conversations.appending(request.conversation_id, items)
+                    await writer.write(events, msgspec.to_builtins(builder.closed), turn)
                     return
                 if not await writer.write(events):
                     return  # cancelled: leaving the loop aborts the generation
     except asyncio.CancelledError:
-        # Cancelled here (its cancel reached this process) or the server stops: said as failed unless
-        # the cancel was stored already.
+        # Cancelled here: by a cancel (stored already, so nothing more is written) or because the server stops.
         stopped = APIError(503, "The server stopped while this background response was being made.")
         await _quietly(writer.write([builder.failed(stopped)], _failed_body(builder, stopped)))
         raise
     except Exception as exc:  # noqa: BLE001 - told as the response's failure, as a stream tells it
         await _quietly(writer.write([builder.failed(exc)], _failed_body(builder, exc)))
+    finally:
+        watch.cancel()
+
+
+async def _watch(store: Store, response_id: str, task: "asyncio.Task[None]", writer: "_Writer") -> None:
+    """Every HEARTBEAT_SECONDS without a batch of events: say the run is still at work, and learn of a cancel
+    that landed on another process (while the request waits in the engine's queue, say)."""
+    while True:
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+        if time.monotonic() - writer.flushed < HEARTBEAT_SECONDS:
+            continue
+        try:
+            going = await store.responses.heartbeat(response_id)
+        except StoreUnavailable:
+            continue
+        if not going:
+            task.cancel()
+            return
 
 
 class _Writer:
@@ -74,7 +95,8 @@ class _Writer:
         self.sequence, self.flushed = 0, time.monotonic()
         self.pending: list[Frame] = []
 
-    async def write(self, events: list[Event], final: dict[str, Any] | None = None) -> bool:
+    async def write(self, events: list[Event], final: dict[str, Any] | None = None,
+                    then: InTransaction | None = None) -> bool:
         frames = [(self.sequence + index, name, data) for index, (name, data) in enumerate(events)]
         self.sequence += len(frames)
         self.pending += frames
@@ -83,8 +105,9 @@ class _Writer:
             return True
         batch, self.pending, self.flushed = self.pending, [], time.monotonic()
         going = await self.store.responses.add_events(
-            self.response_id, [(sequence, name, data.decode()) for sequence, name, data in batch], final)
-        self.run.add(frames)  # the last events after their state is stored: a client that reads them may GET it
+            self.response_id, [(sequence, name, data.decode()) for sequence, name, data in batch], final, then)
+        if going:  # the last events after their state is stored: a client that reads them may GET it
+            self.run.add(frames)
         return going
 
 

@@ -15,7 +15,7 @@ from plugins.store.store import Store
 def new_items(items: list[dict[str, Any]], param: str = "items") -> list[dict[str, Any]]:
     """Items to add, each with an id (its own, or a new one) and a status."""
     messages_of(items, param)  # the same 400s as the items sent as `input`
-    return input_items(items)
+    return input_items(items, param)
 
 
 def new_id() -> str:

@@ -50,7 +50,9 @@ def to_chat(request: ResponsesRequest, history: list[dict[str, Any]] | None = No
     messages = [*system, *messages_of(history or [], "input"), *turn_messages(request)]
     if not messages:
         raise bad_request("input must not be empty.", "input")
-    body: dict[str, Any] = {"messages": messages, "stream": request.stream, "model": request.model,
+    # A background response is made as a stream whether or not a client follows it: its events are stored.
+    body: dict[str, Any] = {"messages": messages, "stream": request.stream or request.background,
+                            "model": request.model,
                             "max_completion_tokens": request.max_output_tokens, "temperature": request.temperature,
                             "top_p": request.top_p, "parallel_tool_calls": request.parallel_tool_calls,
                             "user": request.user, "include_reasoning": request.include_reasoning,
@@ -137,7 +139,7 @@ async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_
     oldest turns of it (whole turns, each from a user message on), the fewest that make it fit."""
     try:
         try:
-            job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
+            job = await _plan_fitting(pipeline, request, history, response_id, created)
         except PromptTooLong:
             if not history or request.truncation != "auto":
                 raise
@@ -154,6 +156,17 @@ async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_
     return job, ResponseBuilder(job, request, store)
 
 
+async def _plan_fitting(pipeline: Pipeline, request: ResponsesRequest, history: list[dict[str, Any]] | None,
+                        response_id: str, created: int) -> ChatJob:
+    """Planned; under `truncation: "auto"` a history fits only if it leaves room for `max_output_tokens` too, as
+    OpenAI reserves the output before it cuts (else a cut history could leave room for one token)."""
+    job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
+    room = pipeline.engine.max_model_len - job.prompt_tokens
+    if history and request.truncation == "auto" and request.max_output_tokens and room < request.max_output_tokens:
+        raise PromptTooLong(f"The prompt leaves {room} tokens for output, fewer than max_output_tokens.", "messages")
+    return job
+
+
 async def _truncated(pipeline: Pipeline, request: ResponsesRequest, history: list[dict[str, Any]],
                      response_id: str, created: int) -> ChatJob:
     """A binary search over where the kept history may start: each try renders the prompt once."""
@@ -164,7 +177,7 @@ async def _truncated(pipeline: Pipeline, request: ResponsesRequest, history: lis
     while low <= high:
         middle = (low + high) // 2
         try:
-            job = await plan_chat(pipeline, to_chat(request, history[starts[middle]:]), response_id, created)
+            job = await _plan_fitting(pipeline, request, history[starts[middle]:], response_id, created)
         except PromptTooLong:
             low = middle + 1
             continue

@@ -15,9 +15,10 @@ import msgspec
 from core.errors import APIError, bad_request
 from core.protocol.responses import Response, ResponsesRequest
 from plugins.store.models import StoredResponse
-from plugins.store.responses import BrokenChain
+from plugins.store.responses import MAX_CHAIN, BrokenChain, ChainTooLong, NotContinuable
 from plugins.store.store import Store
 
+MAX_ITEM_ID = 256
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
@@ -57,18 +58,28 @@ async def continued(store: Store | None, owner: str, request: ResponsesRequest) 
         raise APIError(404, f"The response '{broken.missing}', an earlier turn of the conversation "
                             f"previous_response_id continues, was deleted or has expired: its context is gone. "
                             "Start a new conversation.", "previous_response_id") from None
+    except ChainTooLong:
+        raise bad_request(f"The conversation previous_response_id continues has more than {MAX_CHAIN} turns: "
+                          "start a new one, or keep a long one in a conversation (`conversation`).",
+                          "previous_response_id") from None
+    except NotContinuable as unfinished:
+        raise bad_request(f"The response previous_response_id names is {unfinished.status}: only a completed or "
+                          "incomplete response can be continued (wait for a background one to end).",
+                          "previous_response_id") from None
     if not chain:
         raise not_found(request.previous_response_id, "previous_response_id")
     history = [item for row in chain for item in (*row.input_items, *row.body["output"])]
     return Continued(history, turn, [row.id for row in chain])
 
 
-def input_items(given: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+def input_items(given: str | list[dict[str, Any]], param: str = "input") -> list[dict[str, Any]]:
     """Input as OpenAI lists it (GET .../input_items, a conversation's items): items with ids and a status,
     message content as parts."""
     raw = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else given
     items = []
-    for item in raw:
+    for index, item in enumerate(raw):
+        if not isinstance(item.get("id") or "", str) or len(item.get("id") or "") > MAX_ITEM_ID:
+            raise bad_request(f"An item id is a string of at most {MAX_ITEM_ID} characters.", f"{param}[{index}].id")
         kind = item.get("type", "message")
         listed = {**item, "type": kind, "id": item.get("id") or f"{_ITEM_PREFIX.get(kind, 'item')}_"
                                                                  f"{secrets.token_hex(12)}",

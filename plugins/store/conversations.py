@@ -2,16 +2,46 @@
 were added. Items are added under the conversation's row lock, so the items of one call stay together when
 two calls add to one conversation at once; a page is read by position in the database, not in Python."""
 
+import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from plugins.store.models import ConversationItem, StoredConversation
 from plugins.store.tables import ItemPage, Tables, live
 
+EVICT_EVERY_SECONDS = 60
+
+
+async def append(session: AsyncSession, conversation_id: str, items: list[dict[str, Any]],
+                 expires_at: int | None) -> list[dict[str, Any]] | None:
+    """Items added to a conversation in the caller's transaction, after the conversation's row is locked (PostgreSQL:
+    the row; SQLite: the database), so that the items of one call stay together; its time to live starts again.
+    An id the conversation holds already (or one repeated among the items) is replaced by a new one: ids are the
+    client's to choose, and unique within a conversation. None: the conversation is gone."""
+    result = await session.execute(update(StoredConversation).where(StoredConversation.id == conversation_id)
+                                   .values(expires_at=expires_at))
+    if not getattr(result, "rowcount", 0):
+        return None
+    wanted = [item["id"] for item in items]
+    taken = set((await session.scalars(select(ConversationItem.id).where(
+        ConversationItem.conversation_id == conversation_id, ConversationItem.id.in_(wanted)))).all())
+    added = []
+    for item in items:
+        if item["id"] in taken:
+            item = {**item, "id": f"{item['id'].split('_', 1)[0]}_{secrets.token_hex(12)}"}
+        taken.add(item["id"])
+        added.append(item)
+    session.add_all([ConversationItem(id=item["id"], conversation_id=conversation_id, item=item) for item in added])
+    return added
+
 
 class ConversationStore(Tables):
+    _evicted = 0.0
+
     async def create(self, owner: str, conversation_id: str, meta: dict[str, str],
                      items: list[dict[str, Any]]) -> StoredConversation:
         now = int(time.time())
@@ -20,10 +50,19 @@ class ConversationStore(Tables):
         async with self.session() as session:
             session.add(row)
             await session.flush()
-            session.add_all([ConversationItem(id=item["id"], conversation_id=conversation_id, item=item)
-                             for item in items])
+            await append(session, conversation_id, items, row.expires_at)
             await session.commit()
+        if self.ttl and now - self._evicted > EVICT_EVERY_SECONDS:
+            await self.evict()
         return row
+
+    def appending(self, conversation_id: str,
+                  items: list[dict[str, Any]]) -> Callable[[AsyncSession], Awaitable[object]]:
+        """`append` of these items, for another store's transaction (a background response's final state)."""
+        async def then(session: AsyncSession) -> object:
+            return await append(session, conversation_id, items, self.expiry(int(time.time())))
+
+        return then
 
     async def get(self, owner: str, conversation_id: str) -> StoredConversation | None:
         async with self.session() as session:
@@ -48,19 +87,12 @@ class ConversationStore(Tables):
             await session.commit()
         return bool(getattr(result, "rowcount", 0))
 
-    async def add(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
-        """Items added after the others, together; their time to live starts again. False: it is gone."""
-        now = int(time.time())
+    async def add(self, conversation_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Items added after the others, together (as added: see `append`). None: the conversation is gone."""
         async with self.session() as session:
-            # The row's lock first (PostgreSQL: this row; SQLite: the database), then the items.
-            result = await session.execute(update(StoredConversation).where(
-                StoredConversation.id == conversation_id).values(expires_at=self.expiry(now)))
-            if not getattr(result, "rowcount", 0):
-                return False
-            session.add_all([ConversationItem(id=item["id"], conversation_id=conversation_id, item=item)
-                             for item in items])
+            added = await append(session, conversation_id, items, self.expiry(int(time.time())))
             await session.commit()
-        return True
+        return added
 
     async def items(self, conversation_id: str) -> list[dict[str, Any]]:
         """Every item, oldest first: what a response in this conversation continues from."""
@@ -102,7 +134,8 @@ class ConversationStore(Tables):
         return bool(getattr(result, "rowcount", 0))
 
     async def evict(self) -> None:
-        now = int(time.time())
+        self._evicted = time.time()
+        now = int(self._evicted)
         expired = select(StoredConversation.id).where(StoredConversation.expires_at <= now)
         async with self.session() as session:
             await session.execute(delete(ConversationItem).where(ConversationItem.conversation_id.in_(expired)))

@@ -8,7 +8,7 @@ A conversation is a list of items in the order they were added."""
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ID = String(300)  # resp_ + a request id (256 at most)
@@ -30,6 +30,8 @@ class StoredResponse(StoreBase):
     status: Mapped[str] = mapped_column(String(16))  # the Response's: queued, in_progress, completed, cancelled…
     background: Mapped[bool] = mapped_column(Boolean, default=False)
     previous_id: Mapped[str | None] = mapped_column(ID, nullable=True)  # the response this one continued
+    # When the process making a background response last said it is still at work (a stale one is reaped).
+    heartbeat_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     body: Mapped[dict[str, Any]] = mapped_column(JSON)  # the Response object, as returned
     input_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # this turn's input items, with ids
 
@@ -57,8 +59,10 @@ class StoredConversation(StoreBase):
 
 class ConversationItem(StoreBase):
     __tablename__ = "choir_conversation_item"
+    # An item's id is the client's (input items may carry theirs), so it is unique within its conversation only.
+    __table_args__ = (UniqueConstraint("conversation_id", "id", name="uq_choir_conversation_item"),)
 
     position: Mapped[int] = mapped_column(Sequence, primary_key=True, autoincrement=True)
-    id: Mapped[str] = mapped_column(String(80), unique=True)
+    id: Mapped[str] = mapped_column(ID)
     conversation_id: Mapped[str] = mapped_column(String(80), index=True)
     item: Mapped[dict[str, Any]] = mapped_column(JSON)  # as the Conversations API lists it

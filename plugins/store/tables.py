@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import structlog
 from advanced_alchemy.exceptions import RepositoryError
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import APIError
@@ -30,6 +30,9 @@ async def reachable() -> AsyncIterator[None]:
     """A database that is down or unreachable is a 503 for the stateful call, not a 500."""
     try:
         yield
+    except IntegrityError:
+        raise APIError(409, "This conflicts with what is stored already (another request stored the same id at "
+                            "the same time): send it again.") from None
     except (SQLAlchemyError, RepositoryError, OSError) as exc:
         log.warning("response store unavailable", error=str(exc).split("\n")[0])
         raise StoreUnavailable() from None
@@ -87,10 +90,11 @@ def page(items: list[dict[str, Any]], after: str | None, limit: int, order: Lite
     """OpenAI's cursor pagination: items in `order`, those after the item `after` (the first `limit`) or
     before the item `before` (the last `limit`, those next to it)."""
     ordered = items if order == "asc" else items[::-1]
-    ids = [item.get("id") for item in ordered]
     if after is not None:
+        ids = [item.get("id") for item in ordered]
         ordered = ordered[ids.index(after) + 1:] if after in ids else []
     if before is not None:
-        cut = ordered[:[item.get("id") for item in ordered].index(before)] if before in ids else []
+        ids = [item.get("id") for item in ordered]
+        cut = ordered[:ids.index(before)] if before in ids else []
         return ItemPage(cut[-limit:], len(cut) > limit)
     return ItemPage(ordered[:limit], len(ordered) > limit)

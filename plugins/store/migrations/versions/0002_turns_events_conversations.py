@@ -1,9 +1,9 @@
 """A response keeps its own turn and a link to the one it continued; background responses' events; conversations.
 
-choir_response gains `status` (existing rows: 'completed', all they could be), `background` (existing: false)
-and `previous_id` (existing: NULL), and loses `conversation`, the chat messages through each response. That
-history is not rebuilt: a `previous_response_id` naming a response stored before this revision continues from
-that response's own turn (its input items and output) alone, not the turns before it.
+choir_response gains `status` (existing rows: 'completed', all they could be), `background` (existing: false),
+`previous_id` and `heartbeat_at` (existing: NULL), and loses `conversation`, the chat messages through each
+response. That history is not rebuilt: a `previous_response_id` naming a response stored before this revision
+continues from that response's own turn (its input items and output) alone, not the turns before it.
 New tables: choir_response_event (a background response's stream), choir_conversation and
 choir_conversation_item (the Conversations API).
 
@@ -30,6 +30,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("status", sa.String(16), nullable=True))
         batch.add_column(sa.Column("background", sa.Boolean(), nullable=True))
         batch.add_column(sa.Column("previous_id", ID, nullable=True))
+        batch.add_column(sa.Column("heartbeat_at", sa.BigInteger(), nullable=True))
         batch.drop_column("conversation")
     response = sa.table("choir_response", sa.column("status", sa.String(16)), sa.column("background", sa.Boolean()))
     op.execute(response.update().values(status="completed", background=False))
@@ -57,9 +58,10 @@ def upgrade() -> None:
     op.create_table(
         "choir_conversation_item",
         sa.Column("position", Sequence, primary_key=True, autoincrement=True),
-        sa.Column("id", sa.String(80), nullable=False, unique=True),
+        sa.Column("id", ID, nullable=False),
         sa.Column("conversation_id", sa.String(80), nullable=False),
         sa.Column("item", sa.JSON(), nullable=False),
+        sa.UniqueConstraint("conversation_id", "id", name="uq_choir_conversation_item"),
     )
     op.create_index("ix_choir_conversation_item_conversation_id", "choir_conversation_item", ["conversation_id"])
 
@@ -78,6 +80,7 @@ def downgrade() -> None:
     op.execute(response.update().values(conversation=[]))
     with op.batch_alter_table("choir_response") as batch:
         batch.alter_column("conversation", existing_type=sa.JSON(), nullable=False)
+        batch.drop_column("heartbeat_at")
         batch.drop_column("previous_id")
         batch.drop_column("background")
         batch.drop_column("status")
