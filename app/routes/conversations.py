@@ -18,8 +18,10 @@ from core.protocol.conversations import (
     DeletedConversation,
 )
 from core.protocol.responses import ResponseItemList
-from plugins.pipeline import PipelineDependency
+from plugins.pipeline import Pipeline, PipelineDependency
 from plugins.spec import operation
+from plugins.store.conversations import ConversationStore
+from plugins.store.models import StoredConversation
 
 
 @operation("createConversation")
@@ -42,20 +44,16 @@ async def get_conversation(conversation_id: str, request: Request, pipeline: Pip
 async def update_conversation(conversation_id: str, data: SkipValidation[ConversationUpdateRequest],
                               request: Request, pipeline: PipelineDependency) -> Conversation:
     body = pipeline.compat.admit(data, ConversationUpdateRequest)
-    store, owner = store_and_owner(request, pipeline)
-    await conversation(store, owner, conversation_id)
-    assert store is not None
-    row = await store.conversations.update(owner, conversation_id, body.metadata or {})
-    return as_conversation(row if row is not None else await conversation(store, owner, conversation_id))
+    conversations, owner, row = await _owned(request, pipeline, conversation_id)
+    updated = await conversations.update(owner, conversation_id, body.metadata or {})
+    return as_conversation(updated or row)
 
 
 @operation("deleteConversation")
 async def delete_conversation(conversation_id: str, request: Request,
                               pipeline: PipelineDependency) -> DeletedConversation:
-    store, owner = store_and_owner(request, pipeline)
-    await conversation(store, owner, conversation_id)
-    assert store is not None
-    await store.conversations.delete(owner, conversation_id)
+    conversations, owner, _ = await _owned(request, pipeline, conversation_id)
+    await conversations.delete(owner, conversation_id)
     return DeletedConversation(id=conversation_id)
 
 
@@ -63,10 +61,8 @@ async def delete_conversation(conversation_id: str, request: Request,
 async def create_conversation_items(conversation_id: str, data: SkipValidation[ConversationItemsRequest],
                                     request: Request, pipeline: PipelineDependency) -> ResponseItemList:
     body = pipeline.compat.admit(data, ConversationItemsRequest)
-    store, owner = store_and_owner(request, pipeline)
-    await conversation(store, owner, conversation_id)
-    assert store is not None
-    added = await store.conversations.add(conversation_id, new_items(body.items))
+    conversations, _, _ = await _owned(request, pipeline, conversation_id)
+    added = await conversations.add(conversation_id, new_items(body.items))
     if added is None:
         raise conversation_not_found(conversation_id, "conversation_id")  # deleted meanwhile
     return item_list(added, False)
@@ -77,20 +73,16 @@ async def list_conversation_items(conversation_id: str, request: Request, pipeli
                                   after: str | None = None, limit: int = 20, order: Literal["asc", "desc"] = "desc",
                                   before: str | None = None) -> ResponseItemList:
     check_limit(limit)
-    store, owner = store_and_owner(request, pipeline)
-    await conversation(store, owner, conversation_id)
-    assert store is not None
-    found = await store.conversations.page(conversation_id, after, limit, order, before)
+    conversations, _, _ = await _owned(request, pipeline, conversation_id)
+    found = await conversations.page(conversation_id, after, limit, order, before)
     return item_list(found.items, found.has_more)
 
 
 @operation("getConversationItem")
 async def get_conversation_item(conversation_id: str, item_id: str, request: Request,
                                 pipeline: PipelineDependency) -> dict[str, Any]:
-    store, owner = store_and_owner(request, pipeline)
-    await conversation(store, owner, conversation_id)
-    assert store is not None
-    item = await store.conversations.item(conversation_id, item_id)
+    conversations, _, _ = await _owned(request, pipeline, conversation_id)
+    item = await conversations.item(conversation_id, item_id)
     if item is None:
         raise _item_not_found(conversation_id, item_id)
     return item
@@ -100,12 +92,19 @@ async def get_conversation_item(conversation_id: str, item_id: str, request: Req
 async def delete_conversation_item(conversation_id: str, item_id: str, request: Request,
                                    pipeline: PipelineDependency) -> Conversation:
     """Answers the conversation, as OpenAI does."""
+    conversations, _, row = await _owned(request, pipeline, conversation_id)
+    if not await conversations.delete_item(conversation_id, item_id):
+        raise _item_not_found(conversation_id, item_id)
+    return as_conversation(row)
+
+
+async def _owned(request: Request, pipeline: Pipeline,
+                 conversation_id: str) -> tuple[ConversationStore, str, StoredConversation]:
+    """The store's conversations, who calls, and the conversation (a 404 unless it is this key's)."""
     store, owner = store_and_owner(request, pipeline)
     row = await conversation(store, owner, conversation_id)
     assert store is not None
-    if not await store.conversations.delete_item(conversation_id, item_id):
-        raise _item_not_found(conversation_id, item_id)
-    return as_conversation(row)
+    return store.conversations, owner, row
 
 
 def _item_not_found(conversation_id: str, item_id: str) -> APIError:

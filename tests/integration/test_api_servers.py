@@ -52,7 +52,7 @@ def two_on_postgres(tmp_path_factory, request) -> Server:
     """Two API processes whose store is PostgreSQL (as processes on several hosts would share it)."""
     url = postgres_or_none(request)
     if url is None:
-        pytest.skip("no PostgreSQL here (`make test` installs it)")
+        pytest.skip("the PostgreSQL variant runs with CHOIR_TEST_POSTGRES=1 (`make test` sets it)")
     server = start_server(tmp_path_factory.mktemp("two-pg") / "server.log", {**TWO, "CHOIR_STORE_URL": url},
                           serve=True)
     yield server
