@@ -98,13 +98,13 @@ async def _event_stream(frames: AsyncGenerator[bytes, None], base_id: str, respo
 async def cancel_response(response_id: str, request: Request, pipeline: PipelineDependency) -> ResponseObject:
     """A background response stops where it is (cancelling what has ended returns it as it is)."""
     store, owner = store_and_owner(request, pipeline)
-    row = await stored(store, owner, response_id)
-    if not row.background:
-        raise bad_request("Only a response made with `background: true` can be cancelled.", "response_id")
-    assert store is not None
+    if store is None:
+        raise not_found(response_id, "response_id")
     cancelled, took_effect = await store.responses.cancel(owner, response_id)
     if cancelled is None:
         raise not_found(response_id, "response_id")
+    if not cancelled.background:
+        raise bad_request("Only a response made with `background: true` can be cancelled.", "response_id")
     if took_effect:  # made here: it stops now (elsewhere: at its next batch of events, or heartbeat)
         store.runs.cancel(response_id)
     return as_response(cancelled)

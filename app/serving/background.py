@@ -10,7 +10,6 @@ from contextlib import aclosing
 from typing import Any
 
 import msgspec
-import structlog
 
 from app.serving.chat import ChatJob
 from app.serving.counts import TokenCounts
@@ -26,7 +25,6 @@ from plugins.store.runs import Frame, Run
 from plugins.store.store import Store
 from plugins.store.tables import StoreUnavailable
 
-log = structlog.get_logger("choir.background")
 FLUSH_SECONDS = 0.2  # how often a run stores its new events (and learns whether it was cancelled elsewhere)
 POLL_SECONDS = 0.2  # how often a stream on another process looks for them
 

@@ -113,12 +113,10 @@ def conversation_not_found(conversation_id: str, param: str) -> APIError:
 
 async def remember(store: Store, owner: str, request: ResponsesRequest, response: Response,
                    context: Continued) -> None:
-    """A response that ended: stored unless `store` is false (made in the background, its stored state
-    replaced), and its turn added to its conversation, if it has one."""
+    """A response that ended (not in the background: its run stores it, app/serving/background.py): stored
+    unless `store` is false, and its turn added to its conversation, if it has one."""
     body = msgspec.to_builtins(response)
-    if request.background:
-        await store.responses.change(response.id, body)
-    elif request.store is not False:
+    if request.store is not False:
         await store.responses.save(owner, body, context.turn, context.chain)
     if request.conversation_id is not None:
         await store.conversations.add(request.conversation_id, [*context.turn, *body["output"]])

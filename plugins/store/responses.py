@@ -118,13 +118,12 @@ class ResponseStore(Tables):
                 raise BrokenChain(row.id)
         return rows
 
-    async def change(self, response_id: str, body: dict[str, Any], *, unless_cancelled: bool = True) -> bool:
+    async def change(self, response_id: str, body: dict[str, Any]) -> bool:
         """A background response's new state; False if it was cancelled meanwhile (or is gone)."""
-        query = update(StoredResponse).where(StoredResponse.id == response_id)
-        if unless_cancelled:
-            query = query.where(StoredResponse.status.in_(UNFINISHED))
         async with self.session() as session:
-            result = await session.execute(query.values(status=body["status"], body=body))
+            result = await session.execute(update(StoredResponse).where(
+                StoredResponse.id == response_id, StoredResponse.status.in_(UNFINISHED)).values(
+                status=body["status"], body=body))
             await session.commit()
         return bool(getattr(result, "rowcount", 0))
 
