@@ -1,4 +1,6 @@
-"""Every error Choir returns has OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+"""Every error Choir returns has OpenAI's shape: {"error": {"message", "type", "param", "code"}}, but on the
+routes the spec marks `x-choir-errors: anthropic` (the Messages API), where it has Anthropic's:
+{"type": "error", "error": {"type", "message"}, "request_id"}, with a `request-id` header.
 
 `APIError` (core/errors.py) is what Choir's own code raises; `error_for` turns any exception into one,
 so that responses and in-stream error events share a single mapping: Litestar's routing and
@@ -16,6 +18,7 @@ from litestar.exceptions import HTTPException, SerializationException, Validatio
 
 from app.request_ids import request_base_id
 from core.errors import APIError, EngineDead, EngineRejected, bad_request
+from plugins.spec import error_shapes
 
 log = structlog.get_logger("choir.errors")
 
@@ -88,6 +91,20 @@ def error_json(exc: BaseException, request_id: str | None = None) -> bytes:
     return msgspec.json.encode(error_for(exc, request_id).body)
 
 
+def anthropic_error_json(exc: BaseException, request_id: str | None = None) -> bytes:
+    return msgspec.json.encode(error_for(exc, request_id).anthropic(request_id)[1])
+
+
+ANTHROPIC_REQUEST_ID = "request-id"  # the header Anthropic's SDKs read a request's id from
+
+
+def _shape(request: Request) -> str:
+    handler = request.scope.get("route_handler")  # absent when no route matched (a 404, a 405)
+    if handler is not None:
+        return handler.opt.get("errors", "openai")
+    return error_shapes().get(request.scope["path"], "openai")
+
+
 def exception_handler(request: Request, exc: Exception) -> Response:
     # Every request has an id to quote, also those that fail before a handler named theirs (or
     # that have no response id at all: /tokenize, /v1/models): the request log line gets it too.
@@ -96,4 +113,8 @@ def exception_handler(request: Request, exc: Exception) -> Response:
     state["response_id"] = request_id
     error = error_for(exc, request_id)
     headers = {**(getattr(exc, "headers", None) or {}), **error.headers}
+    if _shape(request) == "anthropic":
+        status, body = error.anthropic(request_id)
+        headers[ANTHROPIC_REQUEST_ID] = request_id
+        return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
     return Response(content=error.body, status_code=error.status, media_type=MediaType.JSON, headers=headers)

@@ -1,10 +1,13 @@
 """Choir's error types, free of any web framework: what its own code raises, and what the engine seam
-raises. app/errors.py turns these (and Litestar's, and the unexpected) into OpenAI's error shape."""
+raises. app/errors.py turns these (and Litestar's, and the unexpected) into OpenAI's error shape, or on the
+Anthropic routes into Anthropic's."""
 
+import re
 from http import HTTPStatus
 from typing import Literal
 
 from core.protocol.common import ErrorDetail, ErrorResponse
+from core.protocol.messages import AnthropicError, AnthropicErrorDetail
 
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -20,6 +23,20 @@ ERROR_TYPES = {
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
+# Anthropic's error types by status (any other 4xx is an invalid_request_error, any other 5xx an api_error).
+ANTHROPIC_ERROR_TYPES = {
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+OVERLOADED = 529  # Anthropic's status for "try again": a dead or saturated engine (503 elsewhere in Choir)
+_INDEX, _DOTTED = re.compile(r"\[(\d+)\]"), r".\1"  # messages[2] → messages.2
 
 
 class APIError(Exception):
@@ -35,16 +52,28 @@ class APIError(Exception):
         error_type = ERROR_TYPES.get(self.status) or HTTPStatus(self.status).phrase.replace(" ", "") + "Error"
         return ErrorResponse(ErrorDetail(message=self.message, type=error_type, param=self.param, code=self.status))
 
+    def anthropic(self, request_id: str | None) -> tuple[int, AnthropicError]:
+        """The status and body in Anthropic's shape. It has no `param`: the message starts with the field, as
+        Anthropic's do (`messages.0.content.1: ...`). A 503 is a 529 (overloaded), which Anthropic's clients retry."""
+        status = OVERLOADED if self.status == 503 else self.status
+        kind = ANTHROPIC_ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+        field = _INDEX.sub(_DOTTED, self.param) if self.param else None
+        message = f"{field}: {self.message}" if field and f"`{self.param}`" not in self.message else self.message
+        return status, AnthropicError(AnthropicErrorDetail(kind, message), request_id)
+
 
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
 
 
 class PromptTooLong(APIError):
-    """A prompt that leaves the model no room for output (a 400): what `truncation: "auto"` cuts."""
+    """A prompt that leaves the model no room for output (a 400): what `truncation: "auto"` cuts. `tokens` and
+    `limit`, where known: the prompt's length and the context's (Claude Code reads them from its message)."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, tokens: int | None = None,
+                 limit: int | None = None) -> None:
         super().__init__(400, message, param)
+        self.tokens, self.limit = tokens, limit
 
 
 def stopped_by_server() -> APIError:

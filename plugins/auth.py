@@ -1,5 +1,6 @@
-"""Bearer API keys (CHOIR_API_KEY): with keys set, every path needs `Authorization: Bearer <key>` but
-the few that are open (health, version, and unless set otherwise the docs and /metrics).
+"""API keys (CHOIR_API_KEY): with keys set, every path needs `Authorization: Bearer <key>` (OpenAI's clients)
+or `x-api-key: <key>` (Anthropic's) but the few that are open (health, version, and unless set otherwise the
+docs and /metrics).
 
 Closed by default, so a caller without a key learns nothing about the routes: an unknown path is a 401 as a
 known one is, before any 404 or 405, however it is spelt. What is open is decided from what the router
@@ -43,22 +44,30 @@ class AuthConfig:
             return True
         return not self.protect_docs and (path == DOCS or path.startswith(DOCS + "/"))
 
-    def failure(self, open_: bool, authorization: bytes | None) -> APIError | None:
-        """The 401 to answer, or None when the request may go on."""
+    def failure(self, open_: bool, key: bytes | None) -> APIError | None:
+        """The 401 to answer, or None when the request may go on. `key`: the one the request offers (`api_key`)."""
         if not self.api_keys or open_:
             return None
-        scheme, _, token = (authorization or b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not token.strip():
-            return _unauthorized("Missing API key: send `Authorization: Bearer <key>`.")
-        offered = hashlib.sha256(token.strip()).digest()
+        if not key:
+            return _unauthorized("Missing API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`).")
+        offered = hashlib.sha256(key).digest()
         matched = False
-        for key in self.api_keys:  # no early exit: the time does not tell which key came close
-            matched |= hmac.compare_digest(offered, hashlib.sha256(key.encode()).digest())
+        for each in self.api_keys:  # no early exit: the time does not tell which key came close
+            matched |= hmac.compare_digest(offered, hashlib.sha256(each.encode()).digest())
         return None if matched else _unauthorized("Invalid API key.")
 
 
-def authorization(scope: Scope) -> bytes | None:
-    return next((value for name, value in scope["headers"] if name == b"authorization"), None)
+def api_key(scope: Scope) -> bytes | None:
+    """The key a request offers: `Authorization: Bearer <key>`, else `x-api-key: <key>` (Claude Code sends the one
+    its settings name; the anthropic SDK 2.16 a Bearer token)."""
+    bearer = other = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            bearer = token.strip() if scheme.lower() == b"bearer" else None
+        elif name == b"x-api-key":
+            other = value.strip()
+    return bearer or other or None
 
 
 def _unauthorized(message: str) -> APIError:
@@ -75,7 +84,7 @@ class BearerAuthMiddleware(ASGIMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         # The route's template (`/v1/models/{model}`), which the router set: no client's spelling.
-        failure = self.config.failure(self.config.is_open(scope["path_template"]), authorization(scope))
+        failure = self.config.failure(self.config.is_open(scope["path_template"]), api_key(scope))
         if failure is not None:
             raise failure
         await next_app(scope, receive, send)
@@ -89,7 +98,7 @@ def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Resp
         path = scope["path"]
         if root := scope.get("root_path", ""):
             path = path.split(root, maxsplit=1)[-1]  # as the router does
-        failure = config.failure(config.is_open(normalize_path(path)), authorization(scope))
+        failure = config.failure(config.is_open(normalize_path(path)), api_key(scope))
         return handler(request, failure or exc)
 
     return handle

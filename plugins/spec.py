@@ -177,7 +177,8 @@ class SpecPlugin(InitPlugin):
             description=op.definition.get("description"),
             tags=op.definition.get("tags"),
             before_request=content_type_check(body_types) if body_types else None,
-            opt={"compat": compat},
+            # the error shape of the operation's API family: OpenAI's, or Anthropic's (app/errors.py)
+            opt={"compat": compat, "errors": op.definition.get("x-choir-errors", "openai")},
         )(fn)
 
 
@@ -201,6 +202,14 @@ def _options(path: str, methods: list[str]) -> HTTPRouteHandler:
 
     return route(path, http_method=[HttpMethod.OPTIONS], include_in_schema=False, sync_to_thread=False,
                  opt={"compat": OperationCompat()})(options_handler)
+
+
+@cache
+def error_shapes(spec_dir: Path = SPEC_DIR) -> dict[str, str]:
+    """The paths whose operations answer errors in another API's shape (`x-choir-errors`): also a wrong method
+    on them, which no operation handles."""
+    return {op.path: op.definition["x-choir-errors"] for op in spec_operations(load_spec(spec_dir)).values()
+            if "x-choir-errors" in op.definition}
 
 
 def operation_compat(request: Request) -> OperationCompat:

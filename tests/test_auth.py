@@ -53,6 +53,16 @@ def test_v1_routes_accept_any_configured_key_with_any_scheme_case(client, method
     assert client.request(method, path, json=body, headers={"Authorization": authorization}).status_code == 200
 
 
+@pytest.mark.parametrize("method, path, body", V1_ROUTES)
+def test_v1_routes_accept_the_key_as_x_api_key(client, method, path, body):
+    """As Anthropic's clients send it; a Bearer header that is not a key does not hide it."""
+    for headers in ({"x-api-key": "second-key"}, {"x-api-key": "first-key", "Authorization": "Basic abc"}):
+        assert client.request(method, path, json=body, headers=headers).status_code == 200
+    assert_401(client.request(method, path, json=body, headers={"x-api-key": "wrong"}))
+    assert_401(client.request(method, path, json=body, headers={"x-api-key": "first-key",
+                                                                "Authorization": "Bearer wrong"}))
+
+
 @pytest.mark.parametrize("method, path, content", [
     ("GET", "/v1/nothing", None), ("DELETE", "/v1/models", None), ("PUT", "/v1/completions", None),
     ("POST", "/v1/completions", b"{not json"), ("POST", "/v1/completions", b'{"prompt": 5.5}')])
@@ -96,12 +106,14 @@ def test_without_keys_everything_is_open():
         assert client.get("/v1/models").status_code == 200
 
 
-def test_the_spec_declares_the_bearer_scheme():
+def test_the_spec_declares_the_bearer_and_x_api_key_schemes():
     spec = load_spec()
-    assert spec["components"]["securitySchemes"]["BearerAuth"] == {
-        "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["BearerAuth"][
-            "description"]}
-    assert spec["security"] == [{"BearerAuth": []}]
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["BearerAuth"] == {"type": "http", "scheme": "bearer", "description": schemes["BearerAuth"][
+        "description"]}
+    assert schemes["ApiKeyAuth"] == {"type": "apiKey", "in": "header", "name": "x-api-key",
+                                     "description": schemes["ApiKeyAuth"]["description"]}
+    assert spec["security"] == [{"BearerAuth": []}, {"ApiKeyAuth": []}]  # either one
     assert spec["paths"]["/health"]["get"]["security"] == [] and spec["paths"]["/version"]["get"]["security"] == []
 
 

@@ -2,7 +2,7 @@
 number of examples per operation: with the API key, no 5xx and no response that breaks the spec
 (status codes, content types, bodies); without it (no header, a wrong key, another scheme), a 401 on
 every operation but the open ones. Either way every error, also one inside a stream, is in OpenAI's
-shape, and a `data:` stream ends with one `[DONE]`."""
+shape (Anthropic's on the Messages API), and a `data:` stream ends with one `[DONE]`."""
 
 import json
 from typing import Any
@@ -57,6 +57,21 @@ def error_shape_problem(body: Any) -> str | None:
     return None
 
 
+def anthropic_shape_problem(body: Any) -> str | None:
+    """What keeps `body` from Anthropic's error shape: {"type": "error", "error": {"type": str, "message": str},
+    "request_id": ...}; None when it has it."""
+    if not isinstance(body, dict) or body.get("type") != "error" or not isinstance(body.get("error"), dict):
+        return f"not {{\"type\": \"error\", \"error\": {{...}}}}: {body!r:.300}"
+    error = body["error"]
+    if set(error) != {"type", "message"} or not all(isinstance(error[k], str) and error[k] for k in error):
+        return f"`error` is not {{type, message}}, both non-empty strings: {error!r:.300}"
+    return None
+
+
+def _anthropic(case: Any) -> bool:
+    return case.operation.definition.raw.get("x-choir-errors") == "anthropic"
+
+
 def no_server_error(ctx, response, case) -> None:
     """Explicitly: no 5xx, whatever the request (the fake engine never fails on its own)."""
     if response.status_code >= 500:
@@ -64,17 +79,24 @@ def no_server_error(ctx, response, case) -> None:
                              f"{response.content[:500]!r}")
 
 
-def errors_in_openai_shape(ctx, response, case) -> None:
-    """Every 4xx/5xx is JSON in OpenAI's error shape; in a `data:` stream, so is every error event,
-    and the stream (unless the client cut it short) ends with exactly one `data: [DONE]`."""
+def errors_in_the_apis_shape(ctx, response, case) -> None:
+    """Every 4xx/5xx is JSON in OpenAI's error shape (Anthropic's on its operations, with a `request-id`); in a
+    `data:` stream, so is every error event, and the stream (unless the client cut it short) ends with exactly
+    one `data: [DONE]`."""
     content_type = (_header(response, "content-type") or "").split(";")[0].strip()
     if response.status_code >= 400:
         if content_type != "application/json":
             raise AssertionError(f"a {response.status_code} that is not JSON ({content_type!r}): "
                                  f"{response.content[:300]!r}")
-        problem = error_shape_problem(json.loads(response.content))
+        body = json.loads(response.content)
+        if _anthropic(case):
+            problem = anthropic_shape_problem(body)
+            if problem is None and _header(response, "request-id") != body.get("request_id"):
+                problem = f"the request-id header is not the body's request_id: {response.headers!r}"
+        else:
+            problem = error_shape_problem(body)
         if problem:
-            raise AssertionError(f"a {response.status_code} not in OpenAI's error shape: {problem}")
+            raise AssertionError(f"a {response.status_code} not in its API's error shape: {problem}")
     elif content_type == "text/event-stream":
         text = response.content.decode()
         payloads = [line[len("data: "):] for line in text.replace("\r\n", "\n").split("\n")
@@ -83,8 +105,12 @@ def errors_in_openai_shape(ctx, response, case) -> None:
             if payload == "[DONE]":
                 continue
             event = json.loads(payload)
+            if _anthropic(case) and isinstance(event, dict) and event.get("type") == "error":
+                problem = anthropic_shape_problem({**event, "request_id": None})
+                if problem:
+                    raise AssertionError(f"an in-stream error not in Anthropic's error shape: {problem}")
             # The Responses API's events have a `type`; its error event is its own (`"type": "error"`).
-            if isinstance(event, dict) and "error" in event and "type" not in event:
+            elif isinstance(event, dict) and "error" in event and "type" not in event:
                 problem = error_shape_problem(event)
                 if problem:
                     raise AssertionError(f"an in-stream error not in OpenAI's error shape: {problem}")
@@ -112,7 +138,7 @@ def test_no_server_errors_and_responses_follow_the_spec(case):
     # positive_data_acceptance is left out: a request the schema admits may still be refused with a
     # clear 400 for reasons no schema says (a prompt over the context, min_tokens > max_tokens, ...).
     case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"}, excluded_checks=[positive_data_acceptance],
-                           additional_checks=[no_server_error, errors_in_openai_shape])
+                           additional_checks=[no_server_error, errors_in_the_apis_shape])
 
 
 # What a caller without the key sends: nothing, the random Bearer token schemathesis generates, the
@@ -124,7 +150,7 @@ WITHOUT_THE_KEY = st.sampled_from([None, "generated", f"Basic {KEY}", f"Bearer {
 @schema.parametrize()
 @schema.given(authorization=WITHOUT_THE_KEY)
 @settings(FUZZ, max_examples=15)
-def test_without_the_key_every_protected_operation_is_a_401_in_openai_shape(case, authorization):
+def test_without_the_key_every_protected_operation_is_a_401(case, authorization):
     headers = case.headers if case.headers is not None else {}
     if authorization != "generated" or headers.get("Authorization", "").strip() == f"Bearer {KEY}":
         headers.pop("Authorization", None)
@@ -132,4 +158,4 @@ def test_without_the_key_every_protected_operation_is_a_401_in_openai_shape(case
             headers["Authorization"] = authorization
     case.headers = headers
     case.call_and_validate(excluded_checks=[positive_data_acceptance],
-                           additional_checks=[no_server_error, errors_in_openai_shape, protected_without_the_key])
+                           additional_checks=[no_server_error, errors_in_the_apis_shape, protected_without_the_key])

@@ -15,6 +15,7 @@ from app.routes.conversations import (
 )
 from app.routes.embeddings import create_embedding
 from app.routes.invocations import invocations
+from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
 from app.routes.pooling import create_classification, create_rerank, create_score
 from app.routes.responses import (
@@ -31,4 +32,4 @@ ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_co
                   list_input_items, create_conversation, get_conversation, update_conversation, delete_conversation,
                   create_conversation_items, list_conversation_items, get_conversation_item, delete_conversation_item,
                   create_embedding, create_tokens, create_text, create_rerank, create_score, create_classification,
-                  load_lora_adapter, unload_lora_adapter, invocations]
+                  load_lora_adapter, unload_lora_adapter, invocations, create_message, count_message_tokens]

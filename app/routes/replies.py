@@ -10,8 +10,8 @@ from app.routes.event_stream import EventStream
 from app.serving.streaming import DONE_FRAME, data_frame, first_frame
 
 
-def json_response(body: object, base_id: str) -> Response:
-    return Response(body, headers={HEADER: base_id})
+def json_response(body: object, base_id: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, headers={HEADER: base_id, **(headers or {})})
 
 
 async def sse_response(frames: AsyncGenerator[bytes, None], base_id: str, response_id: str) -> EventStream:
@@ -21,8 +21,9 @@ async def sse_response(frames: AsyncGenerator[bytes, None], base_id: str, respon
 
 
 async def event_stream_response(frames: AsyncGenerator[bytes, None], base_id: str,
-                                error_frame: Callable[[Exception], bytes], last: bytes = b"") -> EventStream:
+                                error_frame: Callable[[Exception], bytes], last: bytes = b"",
+                                headers: dict[str, str] | None = None) -> EventStream:
     """Named events, as the Responses API streams them (no [DONE] unless `last` says so); a failure
     after the stream started becomes its last event, `error_frame(exc)`."""
     first = await first_frame(frames)
-    return EventStream(first, frames, last=last, error_frame=error_frame, headers={HEADER: base_id})
+    return EventStream(first, frames, last=last, error_frame=error_frame, headers={HEADER: base_id, **(headers or {})})

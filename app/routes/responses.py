@@ -20,7 +20,7 @@ from app.serving.streaming import named_frame
 from core.errors import bad_request
 from core.protocol.responses import DeletedResponse, ResponseItemList, ResponsesRequest
 from core.protocol.responses import Response as ResponseObject
-from plugins.auth import authorization
+from plugins.auth import api_key
 from plugins.pipeline import Pipeline, PipelineDependency
 from plugins.spec import operation
 from plugins.store.store import Store
@@ -147,5 +147,5 @@ def _id(item: dict[str, object]) -> str:
 def store_and_owner(request: Request, pipeline: Pipeline) -> tuple[Store | None, str]:
     """The store, and who this request reads and stores as (its API key's digest, or "")."""
     store = pipeline.stored(request)
-    return store, store.owner(authorization(request.scope)) if store is not None else ""
+    return store, store.owner(api_key(request.scope)) if store is not None else ""
 

@@ -122,7 +122,7 @@ def check_prompt_fits(prompt_tokens: int, max_model_len: int, param: str) -> Non
         raise PromptTooLong(
             f"This model's maximum context length is {max_model_len} tokens, but the prompt has "
             f"{prompt_tokens} tokens, which leaves no room for output. Shorten the prompt.",
-            param,
+            param, prompt_tokens, max_model_len,
         )
 
 

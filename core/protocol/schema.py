@@ -25,6 +25,14 @@ from core.protocol.conversations import (
     DeletedConversation,
 )
 from core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from core.protocol.messages import (
+    AnthropicError,
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessageEvent,
+    MessagesRequest,
+)
 from core.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
 from core.protocol.pooling import (
     ClassificationRequest,
@@ -43,7 +51,8 @@ WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatComple
               DetokenizeResponse, EmbeddingRequest, EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest,
               ScoreResponse, ClassificationRequest, ClassificationResponse, LoadLoraAdapterRequest,
               UnloadLoraAdapterRequest, ConversationCreateRequest, ConversationUpdateRequest,
-              ConversationItemsRequest, Conversation, DeletedConversation]
+              ConversationItemsRequest, Conversation, DeletedConversation, MessagesRequest, Message, MessageEvent,
+              CountTokensRequest, CountTokensResponse, AnthropicError]
 SPEC_FILE = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"
 
 

@@ -13,5 +13,5 @@ class Store:
     conversations: ConversationStore
     runs: Runs = field(default_factory=Runs)
 
-    def owner(self, authorization: bytes | None) -> str:
-        return self.responses.owner(authorization)
+    def owner(self, key: bytes | None) -> str:
+        return self.responses.owner(key)

@@ -57,12 +57,10 @@ class Tables:
                  prepare: Callable[[], Awaitable[None]] | None = None) -> None:
         self.sessions, self.ttl, self.keyed, self._prepare = sessions, ttl, keyed, prepare
 
-    def owner(self, authorization: bytes | None) -> str:
+    def owner(self, key: bytes | None) -> str:
         """Who a request stores for and reads as: its API key's digest when the server has keys (each key
         sees only its own), else "" (an open server: everyone alike)."""
-        if not self.keyed or not authorization:
-            return ""
-        return owner_of(authorization.split(b" ", 1)[-1].strip())
+        return owner_of(key) if self.keyed and key else ""
 
     def expiry(self, now: int) -> int | None:
         return now + self.ttl if self.ttl else None
