@@ -41,7 +41,10 @@ CHAT_TEMPLATE = (
     " | map(attribute='text') | join('') %}{% endif %}"
     "{{ '<|' + message['role'] + '|>\\n' + content + eos_token + '\\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}"
+    # As DeepSeek-R1's and Qwen3-Thinking's templates: thinking asked for opens in the prompt (vLLM's thinking
+    # budget counts from it; the random weights never write <think> themselves)
+    "{% if enable_thinking is defined and enable_thinking %}{{ '<think>\\n' }}{% endif %}{% endif %}"
 )
 
 _CORPUS = """\
