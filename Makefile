@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench vllm-suite clean postgres
+.PHONY: install serve test model bench vllm-suite clean postgres claude-code
 
 install: $(STAMP) model
 
@@ -54,11 +54,22 @@ postgres:
 	  $$AS $(PG_INSTALL) 2>/dev/null || { $$AS apt-get update -q >/dev/null && $$AS $(PG_INSTALL); }; \
 	  $(PG_FOUND) || { echo "make test needs PostgreSQL's server binaries (initdb): apt-get install postgresql failed"; exit 1; }; }
 
-test: install postgres
+# Claude Code, the real program, for tests/integration/test_claude_code.py: from the npm registry into .cache/ (its
+# platform package is a ~400 MB native binary; Node.js and npm only install it).
+CLAUDE_CODE_VERSION := 2.1.332
+CLAUDE_CODE := .cache/claude-code/node_modules/.bin/claude
+claude-code:
+	@$(CLAUDE_CODE) --version 2>/dev/null | grep -q "^$(CLAUDE_CODE_VERSION) " || { \
+	  command -v npm >/dev/null 2>&1 || { echo "make test needs npm (Node.js) to install Claude Code"; exit 1; }; \
+	  echo "make test: installing Claude Code $(CLAUDE_CODE_VERSION) from the npm registry into .cache/claude-code"; \
+	  npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error \
+	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && $(CLAUDE_CODE) --version; }
+
+test: install postgres claude-code
 	$(BIN)/ruff check app core plugins tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	CHOIR_TEST_POSTGRES=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_CLAUDE_CODE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)
