@@ -26,6 +26,10 @@ SCENARIOS = {
     "completions whole": ("/v1/completions", {"prompt": "hi", "max_tokens": 16}),
     "completions stream": ("/v1/completions", {"prompt": "hi", "max_tokens": 16, "stream": True}),
     "completions n=4 stream": ("/v1/completions", {"prompt": "hi", "max_tokens": 16, "n": 4, "stream": True}),
+    "messages whole": ("/v1/messages", {"model": "choir-tiny", "messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 16}),
+    "messages stream": ("/v1/messages", {"model": "choir-tiny", "messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": 16, "stream": True}),
 }
 
 

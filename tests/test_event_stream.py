@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from app.routes.event_stream import EventStream
+from app.routes.event_stream import EventStream, Keepalive
 from app.serving.streaming import Final
 from plugins.metrics import STREAM_DISCONNECTS
 
@@ -124,3 +124,33 @@ async def test_the_completed_response_is_not_taken_for_a_disconnect():
     await asyncio.sleep(0.01)
     assert client.bodies[-1] == (b"data: 2\n\ndata: [DONE]\n\n", False)
     assert STREAM_DISCONNECTS._value.get() == before
+
+
+async def test_a_keepalive_fills_each_silence_and_stops_with_the_stream():
+    async def frames():
+        await asyncio.sleep(0.25)  # silent: keepalives
+        yield b"data: 2\n\n"
+        yield Final(b"data: 3\n\n")
+
+    stream = EventStream(b"data: 1\n\n", frames(), last=b"", error_frame=lambda exc: b"", headers={},
+                         keepalive=Keepalive(b": ping\n\n", 0.1))
+    client = Client()
+    await respond(stream, client)
+    bodies = [body for body, _ in client.bodies]
+    assert bodies[0] == b"data: 1\n\n" and bodies[-2:] == [b"data: 2\n\n", b"data: 3\n\n"]
+    assert set(bodies[1:-2]) == {b": ping\n\n"} and 1 <= len(bodies[1:-2]) <= 3
+    await asyncio.sleep(0.25)
+    assert len(client.bodies) == len(bodies)  # nothing after the end
+
+
+async def test_no_keepalive_while_frames_flow():
+    async def frames():
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+            yield b"data: x\n\n"
+
+    stream = EventStream(b"data: 1\n\n", frames(), last=b"", error_frame=lambda exc: b"", headers={},
+                         keepalive=Keepalive(b": ping\n\n", 0.1))
+    client = Client()
+    await respond(stream, client)
+    assert b": ping\n\n" not in [body for body, _ in client.bodies]

@@ -6,7 +6,7 @@ import asyncio
 import msgspec
 import pytest
 
-from app.serving.streaming import ChunkFrames, data_frame, with_keepalive
+from app.serving.streaming import ChunkFrames, data_frame
 from core.protocol.chat import ChatChunkChoice, ChatCompletionChunk, Delta
 from core.protocol.common import Usage
 from core.protocol.completions import CompletionChoice, CompletionChunk
@@ -79,26 +79,3 @@ async def test_one_engine_step_of_every_choice_is_one_batch():
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(pending, 1)
 
-
-async def test_keepalive_fills_silences_after_the_first_frame_and_closes_the_stream():
-    closed = []
-
-    async def frames():
-        try:
-            await asyncio.sleep(0.05)  # before the first frame: no keepalive (the status is not sent yet)
-            yield b"first"
-            await asyncio.sleep(0.05)
-            yield b"second"
-            await asyncio.sleep(10)
-            yield b"never"
-        finally:
-            closed.append(True)
-
-    stream = with_keepalive(frames(), b"ping", 0.02)
-    got = [await anext(stream) for _ in range(3)]
-    assert got[0] == b"first" and b"ping" in got[1:]
-    while (frame := await anext(stream)) != b"second":
-        assert frame == b"ping"
-    assert await anext(stream) == b"ping"  # the long silence
-    await stream.aclose()
-    assert closed == [True]

@@ -5,10 +5,14 @@ Litestar's `Stream` watches for a disconnect with an anyio task group, whose set
 every stream with a write of its own. Here the watcher is one asyncio task that cancels the
 sending task when the client leaves (cancelling the engine's generator aborts the request), and
 the last frames go out with the end of the response in one write.
+
+A stream may have a keepalive (Anthropic's `ping`): sent whenever nothing went out for a while, by a timer
+that looks once per period, so a frame costs one clock read rather than a timer of its own.
 """
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -30,12 +34,14 @@ class EventStream(Response):
     """`first` (already awaited), then `frames`, then `last`; a failure after the stream started
     becomes `error_frame(exc)` + `last`, the stream's end."""
 
-    __slots__ = ("error_frame", "first", "frames", "last")
+    __slots__ = ("error_frame", "first", "frames", "keepalive", "last")
 
     def __init__(self, first: bytes, frames: AsyncGenerator[bytes, None], *, last: bytes,
-                 error_frame: Callable[[Exception], bytes], headers: dict[str, str]) -> None:
+                 error_frame: Callable[[Exception], bytes], headers: dict[str, str],
+                 keepalive: "Keepalive | None" = None) -> None:
         super().__init__(content=b"", media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         self.first, self.frames, self.last, self.error_frame = first, frames, last, error_frame
+        self.keepalive = keepalive
 
     def to_asgi_response(self, app: Any, request: Any, *, headers: dict[str, str] | None = None,
                          status_code: int | None = None, **_: Any) -> ASGIResponse:
@@ -66,13 +72,67 @@ class _ASGIEventStream(ASGIResponse):
 
     async def _send_frames(self, send: Send) -> None:
         stream, frame = self.stream, self.stream.first
-        while not isinstance(frame, Final):
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-            try:
-                frame = await anext(stream.frames)
-            except StopAsyncIteration:
-                frame = Final()
-            except Exception as exc:
-                log.warning("stream failed", error=str(exc))
-                frame = Final(stream.error_frame(exc))
+        pinger = _Pinger(send, stream.keepalive) if stream.keepalive is not None else None
+        try:
+            while not isinstance(frame, Final):
+                if pinger is not None:
+                    await pinger.sent()
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                try:
+                    frame = await anext(stream.frames)
+                except StopAsyncIteration:
+                    frame = Final()
+                except Exception as exc:
+                    log.warning("stream failed", error=str(exc))
+                    frame = Final(stream.error_frame(exc))
+            if pinger is not None:
+                await pinger.sent()
+        finally:
+            if pinger is not None:
+                pinger.stop()
         await send({"type": "http.response.body", "body": frame + stream.last, "more_body": False})
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    frame: bytes  # what to send
+    every: float  # seconds of silence before it is sent
+
+
+class _Pinger:
+    """Sends the keepalive frame when nothing went out for `every` seconds: a timer looks each `every`
+    seconds; the stream notes each frame it sends (`sent`), after any keepalive in flight."""
+
+    __slots__ = ("keepalive", "last", "loop", "send", "sending", "timer")
+
+    def __init__(self, send: Send, keepalive: Keepalive) -> None:
+        self.send, self.keepalive = send, keepalive
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()
+        self.sending: asyncio.Task | None = None
+        self.timer = self.loop.call_later(keepalive.every, self._look)
+
+    async def sent(self) -> None:
+        """Before the stream sends a frame: no keepalive is half-written under it."""
+        if self.sending is not None:
+            await self.sending
+        self.last = self.loop.time()
+
+    def _look(self) -> None:
+        quiet = self.loop.time() - self.last
+        if quiet >= self.keepalive.every and self.sending is None:
+            self.sending = asyncio.ensure_future(self._ping())
+            quiet = 0.0
+        self.timer = self.loop.call_later(self.keepalive.every - quiet, self._look)
+
+    async def _ping(self) -> None:
+        try:
+            await self.send({"type": "http.response.body", "body": self.keepalive.frame, "more_body": True})
+            self.last = self.loop.time()
+        finally:
+            self.sending = None
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        if self.sending is not None:
+            self.sending.cancel()

@@ -11,17 +11,18 @@ from app.errors import ANTHROPIC_REQUEST_ID, anthropic_error_json
 from app.request_ids import now
 from app.routes.begin import begin, counted
 from app.routes.disconnect import unless_disconnected
+from app.routes.event_stream import Keepalive
 from app.routes.replies import event_stream_response, json_response
 from app.serving.message_events import answer_message, stream_message
 from app.serving.messages import count_tokens, plan_message
-from app.serving.streaming import named_frame, with_keepalive
+from app.serving.streaming import named_frame
 from core.errors import PromptTooLong
 from core.protocol.messages import CountTokensRequest, CountTokensResponse, MessagesRequest
 from plugins.pipeline import PipelineDependency
 from plugins.spec import operation
 
-PING = named_frame("ping", b'{"type":"ping"}')
-PING_SECONDS = 10.0  # a quiet stream gets a ping this often (Claude Code gives up on one silent for minutes)
+# A quiet stream gets a ping every 10 s: a long prefill or long thinking never trips a client's idle timeout.
+PING = Keepalive(named_frame("ping", b'{"type":"ping"}'), 10.0)
 
 
 @operation("createMessage")
@@ -34,10 +35,10 @@ async def create_message(data: SkipValidation[MessagesRequest], request: Request
         job, builder = await plan_message(pipeline, begun.body, begun.response_id, now())
         counts = counted(request, job)
         if begun.body.stream:
-            frames = with_keepalive(stream_message(pipeline.aggregator, job, builder, counts), PING, PING_SECONDS)
             return await event_stream_response(
-                frames, begun.base_id, lambda exc: named_frame("error", anthropic_error_json(exc, begun.response_id)),
-                headers=headers)
+                stream_message(pipeline.aggregator, job, builder, counts), begun.base_id,
+                lambda exc: named_frame("error", anthropic_error_json(exc, begun.response_id)), headers=headers,
+                keepalive=PING)
         return json_response(await answer_message(pipeline.aggregator, job, builder, counts), begun.base_id, headers)
 
     return await unless_disconnected(request.receive, answer())

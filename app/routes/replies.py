@@ -6,7 +6,7 @@ from litestar import Response
 
 from app.errors import error_json
 from app.request_ids import HEADER
-from app.routes.event_stream import EventStream
+from app.routes.event_stream import EventStream, Keepalive
 from app.serving.streaming import DONE_FRAME, data_frame, first_frame
 
 
@@ -22,8 +22,10 @@ async def sse_response(frames: AsyncGenerator[bytes, None], base_id: str, respon
 
 async def event_stream_response(frames: AsyncGenerator[bytes, None], base_id: str,
                                 error_frame: Callable[[Exception], bytes], last: bytes = b"",
-                                headers: dict[str, str] | None = None) -> EventStream:
+                                headers: dict[str, str] | None = None,
+                                keepalive: Keepalive | None = None) -> EventStream:
     """Named events, as the Responses API streams them (no [DONE] unless `last` says so); a failure
     after the stream started becomes its last event, `error_frame(exc)`."""
     first = await first_frame(frames)
-    return EventStream(first, frames, last=last, error_frame=error_frame, headers={HEADER: base_id, **(headers or {})})
+    return EventStream(first, frames, last=last, error_frame=error_frame, headers={HEADER: base_id, **(headers or {})},
+                       keepalive=keepalive)

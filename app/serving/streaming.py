@@ -6,9 +6,7 @@ events (the choices of one engine step), so that they go out in one write. The i
 the stream is a `Final`: app/routes/event_stream.py sends it with the end of the response.
 """
 
-import asyncio
 from collections.abc import AsyncGenerator
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,29 +101,3 @@ async def first_frame(frames: AsyncGenerator[bytes, None]) -> bytes:
         await frames.aclose()
         raise
 
-
-async def with_keepalive(frames: AsyncGenerator[bytes, None], keepalive: bytes,
-                         every: float) -> AsyncGenerator[bytes, None]:
-    """`frames`, and once the first has gone, `keepalive` whenever none came for `every` seconds: a long
-    prefill or a long silent stretch never trips a client's idle timeout. Closing it closes `frames`."""
-    waiting: asyncio.Future[bytes] | None = None
-    sent = False
-    try:
-        while True:
-            waiting = waiting or asyncio.ensure_future(anext(frames))
-            done, _ = await asyncio.wait({waiting}, timeout=every if sent else None)
-            if not done:
-                yield keepalive
-                continue
-            try:
-                frame = waiting.result()
-            except StopAsyncIteration:
-                return
-            waiting, sent = None, True
-            yield frame
-    finally:
-        if waiting is not None and not waiting.done():
-            waiting.cancel()
-            with suppress(BaseException):
-                await waiting
-        await frames.aclose()
