@@ -109,11 +109,13 @@ def exception_handler(request: Request, exc: Exception) -> Response:
     # Every request has an id to quote, also those that fail before a handler named theirs (or
     # that have no response id at all: /tokenize, /v1/models): the request log line gets it too.
     state = request.scope.setdefault("state", {})
-    request_id = state.get("response_id") or request_base_id(request)
+    named = state.get("response_id")
+    anthropic = _shape(request) == "anthropic"
+    request_id = named or (f"req_{request_base_id(request)}" if anthropic else request_base_id(request))
     state["response_id"] = request_id
     error = error_for(exc, request_id)
     headers = {**(getattr(exc, "headers", None) or {}), **error.headers}
-    if _shape(request) == "anthropic":
+    if anthropic:
         status, body = error.anthropic(request_id)
         headers[ANTHROPIC_REQUEST_ID] = request_id
         return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)

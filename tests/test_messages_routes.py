@@ -367,7 +367,7 @@ def test_the_sdk_raises_its_own_error_classes(sdk, fake_engine):
 def test_a_prompt_too_long_in_anthropics_words(client):
     message = anthropic_error(create(client, messages=[{"role": "user", "content": "x" * 500}]), 400,
                               "invalid_request_error")
-    assert message.startswith("messages: prompt is too long: ") and message.endswith(" tokens > 63 maximum")
+    assert message.startswith("prompt is too long: ") and message.endswith(" tokens > 63 maximum")  # as Anthropic's
 
 
 @pytest.mark.parametrize("failure", [EngineDead("gone"), EngineRejected("The engine's queue is full.", status=503)])
@@ -405,7 +405,9 @@ def test_a_bug_is_a_500_api_error_without_internals(client, fake_engine):
     (b'{"model": "fake-model"}', {"content-type": "application/json"}, 400, "invalid_request_error"),
 ])
 def test_malformed_bodies(client, content, headers, status, kind):
-    anthropic_error(client.post(PATH, content=content, headers=headers), status, kind)
+    response = client.post(PATH, content=content, headers=headers)
+    anthropic_error(response, status, kind)
+    assert response.headers["request-id"].startswith("req_")  # it failed before it had a message id
 
 
 def test_a_body_over_the_limit_is_413_request_too_large():

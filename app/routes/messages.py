@@ -47,7 +47,7 @@ async def create_message(data: SkipValidation[MessagesRequest], request: Request
 @operation("countMessageTokens")
 async def count_message_tokens(data: SkipValidation[CountTokensRequest], request: Request,
                                pipeline: PipelineDependency) -> Response:
-    begun = begin(request, pipeline, data, CountTokensRequest, "msgcount_")
+    begun = begin(request, pipeline, data, CountTokensRequest, "req_")
     try:
         tokens = await count_tokens(pipeline, begun.body, begun.response_id, now())
     except PromptTooLong as exc:  # counted all the same: a client counts to learn whether it fits

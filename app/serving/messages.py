@@ -280,8 +280,8 @@ async def _plan(pipeline: Pipeline, request: MessagesInput, request_id: str, cre
     except PromptTooLong as exc:
         if exc.tokens is None or exc.limit is None:
             raise
-        # Anthropic's words, which Claude Code reads (it then compacts the conversation)
-        raise PromptTooLong(f"prompt is too long: {exc.tokens} tokens > {exc.limit - 1} maximum", "messages",
+        # Anthropic's words, alone (no field before them), which Claude Code reads to compact the conversation
+        raise PromptTooLong(f"prompt is too long: {exc.tokens} tokens > {exc.limit - 1} maximum", None,
                             exc.tokens, exc.limit) from None
     except APIError as exc:  # about a chat field: named as the Messages field
         raise in_messages_terms(exc) from None
