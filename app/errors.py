@@ -15,6 +15,7 @@ import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.utils import normalize_path
 
 from app.request_ids import request_base_id
 from core.errors import APIError, EngineDead, EngineRejected, bad_request
@@ -102,7 +103,10 @@ def _shape(request: Request) -> str:
     handler = request.scope.get("route_handler")  # absent when no route matched (a 404, a 405)
     if handler is not None:
         return handler.opt.get("errors", "openai")
-    return error_shapes().get(request.scope["path"], "openai")
+    path = request.scope["path"]
+    if root := request.scope.get("root_path", ""):
+        path = path.split(root, maxsplit=1)[-1]  # as the router does
+    return error_shapes().get(normalize_path(path), "openai")
 
 
 def exception_handler(request: Request, exc: Exception) -> Response:

@@ -57,8 +57,11 @@ class APIError(Exception):
         Anthropic's do (`messages.0.content.1: ...`). A 503 is a 529 (overloaded), which Anthropic's clients retry."""
         status = OVERLOADED if self.status == 503 else self.status
         kind = ANTHROPIC_ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
-        field = _INDEX.sub(_DOTTED, self.param) if self.param else None
-        message = f"{field}: {self.message}" if field and f"`{self.param}`" not in self.message else self.message
+        message, field = self.message, _INDEX.sub(_DOTTED, self.param) if self.param else None
+        if field and f"`{self.param}`" in message:
+            message = message.replace(f"`{self.param}`", f"`{field}`")  # named in the message already
+        elif field:
+            message = f"{field}: {message}"
         return status, AnthropicError(AnthropicErrorDetail(kind, message), request_id)
 
 

@@ -154,3 +154,38 @@ async def test_no_keepalive_while_frames_flow():
     client = Client()
     await respond(stream, client)
     assert b": ping\n\n" not in [body for body, _ in client.bodies]
+
+
+async def test_a_slow_reader_is_not_silence_and_gets_no_keepalive_mid_send():
+    """A send that blocks (a client reading slowly) for longer than the period: no keepalive is written
+    under it, and the timer does not spin."""
+    looks = 0
+
+    class SlowClient(Client):
+        async def send(self, message: dict) -> None:
+            if message.get("body") == b"data: 2\n\n":
+                await asyncio.sleep(0.35)
+            await super().send(message)
+
+    async def frames():
+        yield b"data: 2\n\n"
+        yield Final(b"data: 3\n\n")
+
+    stream = EventStream(b"data: 1\n\n", frames(), last=b"", error_frame=lambda exc: b"", headers={},
+                         keepalive=Keepalive(b": ping\n\n", 0.1))
+    loop = asyncio.get_running_loop()
+    original = loop.call_later
+
+    def counted(delay, callback, *args, **kwargs):
+        nonlocal looks
+        looks += 1
+        return original(delay, callback, *args, **kwargs)
+
+    loop.call_later = counted
+    try:
+        client = SlowClient()
+        await respond(stream, client)
+    finally:
+        del loop.call_later
+    assert [body for body, _ in client.bodies] == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
+    assert looks < 20

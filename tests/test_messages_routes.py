@@ -239,11 +239,11 @@ def test_streamed_tool_input_is_json_deltas(client, fake_engine):
 
 def test_a_call_cut_by_max_tokens_keeps_its_partial_input(client, fake_engine):
     fake_engine.max_model_len = 2048
-    fake_engine.script = lambda prompt, params: ['{"city": "Par', 'is", "days": 3}']
+    fake_engine.script = lambda prompt, params: ['{"city": "Paris", "da', 'ys": 3}']
     body = create(client, tools=TOOLS, tool_choice={"type": "tool", "name": "get_weather"}, max_tokens=1).json()
     assert body["stop_reason"] == "max_tokens"
     assert body["content"] == [{"type": "tool_use", "id": body["content"][0]["id"], "name": "get_weather",
-                                "input": {"city": "Par"}}]
+                                "input": {"city": "Paris"}}]  # the complete values, as the SDK reads the deltas
 
 
 def test_auto_tools_read_by_the_tool_parser(client, fake_engine, sdk):
@@ -330,6 +330,9 @@ def test_count_tokens_counts_what_a_message_would_send(client, fake_engine, sdk)
                                                  "content": [{"type": "image", "source": {}}]}]}]},
      "messages.0.content.0.content.0"),
     ({"messages": [*HI, {"role": "assistant", "content": "trailing "}]}, "messages.1.content"),
+    ({"messages": [*HI, {"role": "assistant", "content": [{"type": "text", "text": "trailing "},
+                                                          {"type": "thinking", "thinking": "t"}]}]},
+     "messages.1.content"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"name": "no_schema"}]}, "tools.0.input_schema"),
     ({"tools": [{"name": "bad name!", "input_schema": WEATHER}], "tool_choice": {"type": "any"}}, "tools.0.name"),
@@ -434,6 +437,7 @@ def test_keys_by_x_api_key_or_bearer():
 
 def test_a_wrong_method_is_a_405_in_anthropics_shape(client):
     anthropic_error(client.get(PATH), 405, "invalid_request_error")
+    anthropic_error(client.get(f"{PATH}/"), 405, "invalid_request_error")
     assert client.get("/v1/chat/completions").json()["error"]["code"] == 405  # OpenAI's routes: OpenAI's shape
 
 
@@ -448,3 +452,31 @@ def test_two_calls_with_parallel_tool_use_disabled_give_one(client, fake_engine)
     events = events_of(client, tools=TOOLS, max_tokens=200,
                        tool_choice={"type": "auto", "disable_parallel_tool_use": True})
     assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"] == ["tool_use"]
+
+
+def test_a_final_assistant_turn_that_called_a_tool_is_not_a_prefill(client, fake_engine):
+    fake_engine.max_model_len = 2048
+    messages = [*HI, {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me check. "},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}]
+    assert create(client, messages=messages, tools=TOOLS, tool_choice={"type": "none"}).status_code == 200
+    assert fake_engine.templates[-1].add_generation_prompt
+
+
+def test_blocks_of_equal_text_close_at_their_own_index(client, fake_engine):
+    use_parsers(client, fake_engine, reasoning="deepseek_r1")
+    fake_engine.script = script(*token_pieces("ok<think>hm</think>ok"))
+    events = events_of(client, max_tokens=100)
+    starts = [e["index"] for e in events if e["type"] == "content_block_start"]
+    stops = [e["index"] for e in events if e["type"] == "content_block_stop"]
+    assert starts == stops == list(range(len(starts)))
+
+
+def test_a_call_named_without_arguments_is_no_tool_use(client, fake_engine):
+    """A parsed call whose arguments never began makes no block, so the answer did not stop to use a tool."""
+    use_parsers(client, fake_engine, tool="hermes")
+    fake_engine.script = script(*token_pieces('<tool_call>\n{"name": "get_weather"}\n</tool_call>'))
+    whole = create(client, tools=TOOLS, max_tokens=200).json()
+    events = events_of(client, tools=TOOLS, max_tokens=200)
+    blocks = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert "tool_use" not in blocks and events[-2]["delta"]["stop_reason"] == whole["stop_reason"] != "tool_use"

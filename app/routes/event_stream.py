@@ -76,8 +76,9 @@ class _ASGIEventStream(ASGIResponse):
         try:
             while not isinstance(frame, Final):
                 if pinger is not None:
-                    await pinger.sent()
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await pinger.send_frame(frame)
+                else:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
                 try:
                     frame = await anext(stream.frames)
                 except StopAsyncIteration:
@@ -86,7 +87,7 @@ class _ASGIEventStream(ASGIResponse):
                     log.warning("stream failed", error=str(exc))
                     frame = Final(stream.error_frame(exc))
             if pinger is not None:
-                await pinger.sent()
+                await pinger.idle()
         finally:
             if pinger is not None:
                 pinger.stop()
@@ -100,30 +101,42 @@ class Keepalive:
 
 
 class _Pinger:
-    """Sends the keepalive frame when nothing went out for `every` seconds: a timer looks each `every`
-    seconds; the stream notes each frame it sends (`sent`), after any keepalive in flight."""
+    """Sends the keepalive frame when nothing went out for `every` seconds: a timer looks once each `every`
+    seconds; the stream's own frames go through `send_frame`, never at the same time as a keepalive."""
 
-    __slots__ = ("keepalive", "last", "loop", "send", "sending", "timer")
+    __slots__ = ("busy", "keepalive", "last", "loop", "send", "sending", "timer")
 
     def __init__(self, send: Send, keepalive: Keepalive) -> None:
         self.send, self.keepalive = send, keepalive
         self.loop = asyncio.get_running_loop()
         self.last = self.loop.time()
-        self.sending: asyncio.Task | None = None
+        self.busy = False  # the stream's own frame is being sent
+        self.sending: asyncio.Task | None = None  # a keepalive being sent
         self.timer = self.loop.call_later(keepalive.every, self._look)
 
-    async def sent(self) -> None:
-        """Before the stream sends a frame: no keepalive is half-written under it."""
+    async def idle(self) -> None:
+        """Once no keepalive is half-written."""
         if self.sending is not None:
             await self.sending
-        self.last = self.loop.time()
+
+    async def send_frame(self, frame: bytes) -> None:
+        await self.idle()
+        self.busy = True
+        try:
+            await self.send({"type": "http.response.body", "body": frame, "more_body": True})
+        finally:
+            self.busy, self.last = False, self.loop.time()
 
     def _look(self) -> None:
-        quiet = self.loop.time() - self.last
-        if quiet >= self.keepalive.every and self.sending is None:
-            self.sending = asyncio.ensure_future(self._ping())
-            quiet = 0.0
-        self.timer = self.loop.call_later(self.keepalive.every - quiet, self._look)
+        every = self.keepalive.every
+        wait = every  # a send in progress (a slow reader) is not silence: look again a period later
+        if not self.busy and self.sending is None:
+            quiet = self.loop.time() - self.last
+            if quiet >= every:
+                self.sending = asyncio.ensure_future(self._ping())
+            else:
+                wait = every - quiet
+        self.timer = self.loop.call_later(wait, self._look)
 
     async def _ping(self) -> None:
         try:

@@ -6,8 +6,8 @@ content_block_stop; then message_delta (stop_reason, stop_sequence, the usage so
 follows the first block's start, and app/routes/messages.py adds one whenever the stream is quiet.
 
 A tool call becomes a block once its arguments begin, as the Responses API makes its items: a forced call cut
-before its arguments is no call. A call cut by max_tokens keeps the partial input the SDKs read (jiter's partial
-mode: the complete values).
+before its arguments is no call. A call cut by max_tokens keeps the partial input the SDKs read from its deltas
+(jiter's partial mode: the complete values).
 """
 
 import base64
@@ -52,7 +52,7 @@ def signature(thinking: str) -> str:
 def tool_input(arguments: str) -> dict[str, Any]:
     """A call's arguments as its `input` object: whole, or as much as an output cut short holds."""
     try:
-        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
+        value = jiter.from_json(arguments.encode(), partial_mode=True)  # as the SDKs read a streamed input
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -62,7 +62,7 @@ class MessageBuilder:
     def __init__(self, job: ChatJob, request: MessagesRequest) -> None:
         self.job, self.request = job, request
         self.blocks: list[ContentBlock] = []
-        self.open: ContentBlock | None = None  # the block being streamed
+        self.open: ContentBlock | None = None  # the block being streamed, at index len(blocks) - 1
         self.calls: dict[int, ToolUseOutput] = {}  # streamed tool calls by their delta index
         self.arguments: dict[str, str] = {}  # their arguments so far, by block id
         self.pending: dict[int, Any] = {}  # a call's header, until its arguments begin
@@ -90,7 +90,7 @@ class MessageBuilder:
         return Message(id=self.job.response_id, model=self.job.model, content=content, stop_reason=stop[0],
                        stop_sequence=stop[1], usage=usage)
 
-    def whole(self, parts: MessageParts, completion: SampleOutput, called: bool, cached: int | None) -> Message:
+    def whole(self, parts: MessageParts, completion: SampleOutput, cached: int | None) -> Message:
         content: list[ContentBlock] = []
         if parts.reasoning:
             content.append(ThinkingOutput(thinking=parts.reasoning, signature=signature(parts.reasoning)))
@@ -102,6 +102,7 @@ class MessageBuilder:
         if not content:  # Anthropic's answer always has a block, if only an empty text
             content.append(TextOutput(text=""))
         tokens = len(completion.token_ids)
+        called = any(isinstance(block, ToolUseOutput) for block in content)
         return self.message(content, self.stop(completion, tokens, called), self.usage(tokens, cached))
 
     # Streaming
@@ -111,16 +112,20 @@ class MessageBuilder:
 
     def add(self, parts: MessageParts) -> list[Event]:
         events: list[Event] = []
+        if isinstance(self.open, ToolUseOutput):  # the open call's arguments first: what follows closes it
+            events += self._add_calls(parts.tool_calls)
+            parts = MessageParts(parts.content, parts.reasoning)
         if parts.reasoning:
             events += self._write(ThinkingOutput, "thinking_delta", "thinking", parts.reasoning)
         if parts.content:
             events += self._write(TextOutput, "text_delta", "text", parts.content)
-        for call in parts.tool_calls:
-            events += self._add_call(call)
-        return events
+        return events + self._add_calls(parts.tool_calls)
 
-    def finish(self, completion: SampleOutput, output_tokens: int, called: bool, cached: int | None) -> list[Event]:
-        stop_reason, stop_sequence = self.stop(completion, output_tokens, called)
+    def _add_calls(self, calls: list[Any]) -> list[Event]:
+        return [event for call in calls for event in self._add_call(call)]
+
+    def finish(self, completion: SampleOutput, output_tokens: int, cached: int | None) -> list[Event]:
+        stop_reason, stop_sequence = self.stop(completion, output_tokens, bool(self.calls))
         events = self._close()
         if not self.blocks:  # as whole: at least an empty text block
             events += self._open(TextOutput(text="")) + self._close()
@@ -151,7 +156,7 @@ class MessageBuilder:
         block, self.open = self.open, None
         if block is None:
             return []
-        index = self.blocks.index(block)
+        index = len(self.blocks) - 1  # the open block is the last (blocks of equal text compare equal)
         events = []
         if isinstance(block, ThinkingOutput):
             block.signature = signature(block.thinking)
@@ -201,7 +206,7 @@ async def answer_message(aggregator: Aggregator, job: ChatJob, builder: MessageB
     reader = job.output()
     parts = reader.whole(completion.text)
     counts.completion_tokens = len(completion.token_ids)
-    return builder.whole(parts, completion, reader.called, cached_tokens(job.choices, [output.num_cached_tokens]))
+    return builder.whole(parts, completion, cached_tokens(job.choices, [output.num_cached_tokens]))
 
 
 async def stream_message(aggregator: Aggregator, job: ChatJob, builder: MessageBuilder,
@@ -223,7 +228,7 @@ async def stream_message(aggregator: Aggregator, job: ChatJob, builder: MessageB
                 events += builder.add(reader.delta(completion.text, list(completion.token_ids), finished))
                 if finished:
                     counts.completion_tokens = generated
-                    events += builder.finish(completion, generated, reader.called, cached)
+                    events += builder.finish(completion, generated, cached)
             if item := outbox.send([named_frame(*event) for event in events], sum(o.finished for _, o in batch)):
                 yield item
     yield outbox.close()

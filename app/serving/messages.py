@@ -59,7 +59,7 @@ def to_chat(request: MessagesInput, max_tokens: int, stream: bool = False,
         body.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
                     stop=request.stop_sequences, user=request.metadata.user_id if request.metadata else None)
     body.update(_tools(request))
-    body.update(_thinking(request, max_tokens))
+    body.update(_thinking(request))
     output = request.output_config
     if output is not None and output.format is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output",
@@ -91,8 +91,9 @@ def _conversation(request: MessagesInput) -> list[dict[str, Any]]:
         blocks = [{"type": "text", "text": message.content}] if isinstance(message.content, str) \
             else message.content
         messages += _turn(message.role, blocks, where)
-    last = request.messages[-1]
-    if last.role == "assistant" and messages[-1].get("content", "") != messages[-1].get("content", "").rstrip():
+    last, final = request.messages[-1], messages[-1]
+    prefill = last.role == "assistant" and "tool_calls" not in final
+    if prefill and final["content"] != final["content"].rstrip():
         raise bad_request("The final assistant content (a prefill the answer continues) cannot end with "
                           "whitespace.", f"messages[{len(request.messages) - 1}].content")
     return messages
@@ -196,7 +197,7 @@ def _tools(request: MessagesInput) -> dict[str, Any]:
     return fields
 
 
-def _thinking(request: MessagesInput, max_tokens: int) -> dict[str, Any]:
+def _thinking(request: MessagesInput) -> dict[str, Any]:
     thinking = request.thinking
     if thinking is None or thinking.type == "adaptive":  # the model's (its template's) own default
         return {}
@@ -228,7 +229,7 @@ def in_messages_terms(error: APIError) -> APIError:
         name = _FIELDS.get(head, param)
     if name == param:
         return error
-    message = error.message
+    message = error.message.replace(f"`{param}`", f"`{name}`")
     for chat_name, ours in _FIELDS.items():
         message = message.replace(f"`{chat_name}`", f"`{ours}`")
     renamed = APIError(error.status, message, name)

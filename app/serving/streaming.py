@@ -100,4 +100,3 @@ async def first_frame(frames: AsyncGenerator[bytes, None]) -> bytes:
     except BaseException:
         await frames.aclose()
         raise
-
