@@ -61,9 +61,11 @@ def run_claude(claude, server, tmp_path, *args, **env):
                    "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
                    "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
                    "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                   "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", **env}
+                   "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+                   "NO_PROXY": "127.0.0.1,localhost", **env}  # a proxy setting would apply to Choir's loopback URL too
+    # stdin closed: with an open pipe it waits seconds for a prompt there
     return subprocess.run([str(claude), "-p", "Say hi.", *args], cwd=tmp_path, env=environment, capture_output=True,
-                          text=True, timeout=300)
+                          stdin=subprocess.DEVNULL, text=True, timeout=300)
 
 
 def answered(server) -> dict[str, float]:
