@@ -15,11 +15,10 @@ import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
-from litestar.utils import normalize_path
 
 from app.request_ids import request_base_id
 from core.errors import APIError, EngineDead, EngineRejected, bad_request
-from plugins.spec import error_shapes
+from plugins.spec import error_shapes, routed_path
 
 log = structlog.get_logger("choir.errors")
 
@@ -103,10 +102,7 @@ def _shape(request: Request) -> str:
     handler = request.scope.get("route_handler")  # absent when no route matched (a 404, a 405)
     if handler is not None:
         return handler.opt.get("errors", "openai")
-    path = request.scope["path"]
-    if root := request.scope.get("root_path", ""):
-        path = path.split(root, maxsplit=1)[-1]  # as the router does
-    return error_shapes().get(normalize_path(path), "openai")
+    return error_shapes().get(routed_path(request.scope), "openai")
 
 
 def exception_handler(request: Request, exc: Exception) -> Response:

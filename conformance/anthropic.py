@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.frontends import engine_flags
-from tests.integration.server import ROOT, Server, free_port, start_server, wait_until_healthy
+from tests.integration.server import ROOT, Server, free_port, healthy, start_server
 
 KEY = "k"
 MODEL = "choir-tiny"
@@ -124,14 +124,7 @@ def start_vllm(log: Path) -> Server:
                "--api-key", KEY, "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    server = Server(process, f"http://127.0.0.1:{port}", log)
-    try:
-        wait_until_healthy(process, server.base_url)
-    except RuntimeError as exc:
-        if process.poll() is None:
-            server.stop()
-        raise RuntimeError(f"vllm: {exc}; see {log}") from None
-    return server
+    return healthy(Server(process, f"http://127.0.0.1:{port}", log))
 
 
 def start_choir(log: Path) -> Server:

@@ -52,6 +52,12 @@ class APIError(Exception):
         error_type = ERROR_TYPES.get(self.status) or HTTPStatus(self.status).phrase.replace(" ", "") + "Error"
         return ErrorResponse(ErrorDetail(message=self.message, type=error_type, param=self.param, code=self.status))
 
+    def renamed(self, param: str, message: str) -> "APIError":
+        """The same error about `param` (another API's name for the field), told in `message`."""
+        renamed = APIError(self.status, message, param)
+        renamed.headers = self.headers
+        return renamed
+
     def anthropic(self, request_id: str | None) -> tuple[int, AnthropicError]:
         """The status and body in Anthropic's shape. It has no `param`: the message starts with the field, as
         Anthropic's do (`messages.0.content.1: ...`). A 503 is a 529 (overloaded), which Anthropic's clients retry."""

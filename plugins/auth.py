@@ -23,9 +23,9 @@ from litestar.exceptions import MethodNotAllowedException, NotFoundException
 from litestar.middleware import ASGIMiddleware
 from litestar.plugins import InitPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
-from litestar.utils import normalize_path
 
 from core.errors import APIError
+from plugins.spec import routed_path
 
 OPEN = ("/health", "/version")
 DOCS = "/schema"  # and everything below it: the docs page's assets, openapi.json
@@ -95,10 +95,7 @@ def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Resp
 
     def handle(request: Request, exc: Exception) -> Response:
         scope = request.scope
-        path = scope["path"]
-        if root := scope.get("root_path", ""):
-            path = path.split(root, maxsplit=1)[-1]  # as the router does
-        failure = config.failure(config.is_open(normalize_path(path)), api_key(scope))
+        failure = config.failure(config.is_open(routed_path(scope)), api_key(scope))
         return handler(request, failure or exc)
 
     return handle

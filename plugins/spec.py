@@ -22,6 +22,7 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import HTTPRouteHandler
 from litestar.plugins import InitPlugin
+from litestar.utils import normalize_path
 
 from core.compat import CompatProfile, OperationCompat
 
@@ -202,6 +203,14 @@ def _options(path: str, methods: list[str]) -> HTTPRouteHandler:
 
     return route(path, http_method=[HttpMethod.OPTIONS], include_in_schema=False, sync_to_thread=False,
                  opt={"compat": OperationCompat()})(options_handler)
+
+
+def routed_path(scope: Any) -> str:
+    """A request's path as the router normalised it (its root path off), for a request no route matched."""
+    path = scope["path"]
+    if root := scope.get("root_path", ""):
+        path = path.split(root, maxsplit=1)[-1]  # as the router does
+    return normalize_path(path)
 
 
 @cache

@@ -48,10 +48,10 @@ def to_chat(request: MessagesInput, max_tokens: int, stream: bool = False,
             fold_system: bool = False) -> ChatCompletionRequest:
     """`fold_system`: inline `system` turns join the leading system message (for a chat template that takes a
     system message only first)."""
-    messages = [*_system(request), *_conversation(request)]
+    conversation, prefill = _conversation(request)
+    messages = [*_system(request), *conversation]
     if fold_system:
         messages = _folded(messages)
-    prefill = messages[-1]["role"] == "assistant" and "tool_calls" not in messages[-1]
     body: dict[str, Any] = {"model": request.model, "messages": messages, "max_tokens": max_tokens,
                             "stream": stream, "add_generation_prompt": not prefill,
                             "continue_final_message": prefill}
@@ -79,7 +79,9 @@ def _system(request: MessagesInput) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}] if system else []
 
 
-def _conversation(request: MessagesInput) -> list[dict[str, Any]]:
+def _conversation(request: MessagesInput) -> tuple[list[dict[str, Any]], bool]:
+    """The messages as chat messages, and whether the last is a prefill (an assistant turn without tool calls,
+    which the answer continues)."""
     if not request.messages:
         raise bad_request("At least one message is required.", "messages")
     messages: list[dict[str, Any]] = []
@@ -96,7 +98,7 @@ def _conversation(request: MessagesInput) -> list[dict[str, Any]]:
     if prefill and final["content"] != final["content"].rstrip():
         raise bad_request("The final assistant content (a prefill the answer continues) cannot end with "
                           "whitespace.", f"messages[{len(request.messages) - 1}].content")
-    return messages
+    return messages, prefill
 
 
 def _turn(role: str, blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -232,9 +234,7 @@ def in_messages_terms(error: APIError) -> APIError:
     message = error.message.replace(f"`{param}`", f"`{name}`")
     for chat_name, ours in _FIELDS.items():
         message = message.replace(f"`{chat_name}`", f"`{ours}`")
-    renamed = APIError(error.status, message, name)
-    renamed.headers = error.headers
-    return renamed
+    return error.renamed(name, message)
 
 
 def check_model(pipeline: Pipeline, model: str) -> None:

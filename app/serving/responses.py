@@ -197,9 +197,7 @@ def _in_responses_terms(error: APIError) -> APIError:
     message = error.message
     for chat_name in ("max_completion_tokens", "response_format", "messages", "reasoning_effort"):
         message = message.replace(chat_name, _RESPONSES_NAMES[chat_name])
-    renamed = APIError(error.status, message, name)
-    renamed.headers = error.headers
-    return renamed
+    return error.renamed(name, message)
 
 
 async def respond(aggregator: Aggregator, job: ChatJob, builder: ResponseBuilder, counts: TokenCounts) -> Response:

@@ -85,11 +85,15 @@ def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = Fals
         [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
     )
-    server = Server(process, f"http://127.0.0.1:{port}", log_path)
+    return healthy(Server(process, f"http://127.0.0.1:{port}", log_path))
+
+
+def healthy(server: Server) -> Server:
+    """`server` once it answers; stopped, with the tail of its log in the error, if it never does."""
     try:
-        wait_until_healthy(process, server.base_url)
+        wait_until_healthy(server.process, server.base_url)
     except RuntimeError as exc:
-        if process.poll() is None:
+        if server.process.poll() is None:
             server.stop()
         raise RuntimeError(f"{exc}:\n{server.log()[-4000:]}") from None
     return server
