@@ -120,7 +120,8 @@ class _Pinger:
             await self.sending
 
     async def send_frame(self, frame: bytes) -> None:
-        await self.idle()
+        if self.sending is not None:  # as idle(), without a coroutine per frame
+            await self.sending
         self.busy = True
         try:
             await self.send({"type": "http.response.body", "body": frame, "more_body": True})

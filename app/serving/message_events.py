@@ -112,14 +112,14 @@ class MessageBuilder:
 
     def add(self, parts: MessageParts) -> list[Event]:
         events: list[Event] = []
-        if isinstance(self.open, ToolUseOutput):  # the open call's arguments first: what follows closes it
+        if parts.tool_calls and isinstance(self.open, ToolUseOutput):  # the open call's arguments first
             events += self._add_calls(parts.tool_calls)
             parts = MessageParts(parts.content, parts.reasoning)
         if parts.reasoning:
             events += self._write(ThinkingOutput, "thinking_delta", "thinking", parts.reasoning)
         if parts.content:
             events += self._write(TextOutput, "text_delta", "text", parts.content)
-        return events + self._add_calls(parts.tool_calls)
+        return events + self._add_calls(parts.tool_calls) if parts.tool_calls else events
 
     def _add_calls(self, calls: list[Any]) -> list[Event]:
         return [event for call in calls for event in self._add_call(call)]
