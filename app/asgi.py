@@ -19,6 +19,7 @@ from plugins.engine.config import EngineConfig
 from plugins.engine.plugin import EnginePlugin
 from plugins.engine.roles import EngineFactory
 from plugins.fanout import FanOut
+from plugins.media import MediaPolicy
 from plugins.metrics import MetricsPlugin
 from plugins.parsers import ParsersPlugin
 from plugins.pipeline import PipelinePlugin, RequestDefaults
@@ -119,7 +120,9 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
                                        settings.fanout_placement), engine,
                                 RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage),
-                                store),
+                                store, MediaPolicy(settings.media_domains, settings.max_image_bytes,
+                                                   settings.max_image_pixels, settings.media_fetch_seconds,
+                                                   settings.trust_request_mm_kwargs)),
                  EnginePlugin(engine), StorePlugin(store), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},

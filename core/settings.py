@@ -143,6 +143,13 @@ class Settings:
     api_servers: int = 1
     headless: bool = False  # engines only, for a head node's data-parallel front end (vLLM's --headless)
     fanout_placement: str = "pinned"
+    # Images in requests (plugins/media.py): hosts whose http(s) image URLs are fetched (none: fetching is off),
+    # the largest image in bytes and in pixels, how long a fetch may take, and vLLM's --trust-request-mm-kwargs.
+    media_domains: tuple[str, ...] = ()
+    max_image_bytes: int = 10 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    media_fetch_seconds: int = 10
+    trust_request_mm_kwargs: bool = False
     # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -223,6 +230,12 @@ class Settings:
             api_servers=api_servers,
             headless=headless,
             fanout_placement=placement,
+            media_domains=tuple(host.strip().lower() for host in env.get("CHOIR_MEDIA_DOMAINS", "").split(",")
+                                if host.strip()),
+            max_image_bytes=_positive_int(env, "CHOIR_MAX_IMAGE_BYTES", 10 * 1024 * 1024),
+            max_image_pixels=_positive_int(env, "CHOIR_MAX_IMAGE_PIXELS", 40_000_000),
+            media_fetch_seconds=_positive_int(env, "CHOIR_MEDIA_FETCH_SECONDS", 10),
+            trust_request_mm_kwargs=_boolean(env, "CHOIR_TRUST_REQUEST_MM_KWARGS", False),
             environ=env,
         )
         settings.check_model_names()

@@ -23,6 +23,7 @@ from plugins.engine.parsing import Parsers
 from plugins.engine.protocol import Engine
 from plugins.engine.roles import Engines
 from plugins.fanout import FanOut
+from plugins.media import MediaPolicy
 from plugins.spec import operation_compat
 from plugins.store.plugin import StoreConfig
 
@@ -36,6 +37,7 @@ class RequestDefaults:
 
 
 NO_DEFAULTS = RequestDefaults()
+NO_MEDIA = MediaPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,7 @@ class Pipeline:
     engines: Engines  # every role's engine (plugins/engine/roles.py), generation's included
     parsers: Parsers | None = None  # the reasoning and tool parsers (plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
+    media: MediaPolicy = NO_MEDIA  # how images in requests are checked and fetched
     # Where the store is in the app state (plugins/store/), if there is one: read by the stateful calls
     # alone (`stored`), so a plain request pays nothing for it.
     store_key: str | None = None
@@ -64,14 +67,15 @@ PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`, from the state the engine plugin's config (`engines`) names."""
 
-    __slots__ = ("defaults", "engines", "fan_out", "store")
+    __slots__ = ("defaults", "engines", "fan_out", "media", "store")
 
     def __init__(self, fan_out: FanOut, engines: EngineConfig, defaults: RequestDefaults = NO_DEFAULTS,
-                 store: StoreConfig | None = None) -> None:
+                 store: StoreConfig | None = None, media: MediaPolicy | None = None) -> None:
         self.fan_out, self.engines, self.defaults, self.store = fan_out, engines, defaults, store
+        self.media = media or MediaPolicy()  # its own: a policy's semaphore serves one app
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        fan_out, defaults = self.fan_out, self.defaults
+        fan_out, defaults, media = self.fan_out, self.defaults, self.media
         engine_key, engines_key, parsers_key = (self.engines.engine_state_key, self.engines.state_key,
                                                 self.engines.parsers_state_key)
         store_key = self.store.state_key if self.store is not None and self.store.url is not None else None
@@ -81,7 +85,7 @@ class PipelinePlugin(InitPlugin):
             state = request.app.state
             engine = state[engine_key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
-                            state.get(parsers_key), defaults, store_key)
+                            state.get(parsers_key), defaults, media, store_key)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

@@ -91,6 +91,7 @@ class FakeEngine:
     priority_scheduling: bool = False
     data_parallel_size: int = 1
     vocab_size: int = 0x110000 + 3  # every code point
+    max_images: int = 0
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
     is_alive: bool = True
@@ -229,6 +230,7 @@ class FakePoolingEngine:
     classified: list[tuple[Prompt, str]] = field(default_factory=list)
 
     vocab_size: int = FakeEngine.vocab_size
+    max_images: int = 0
 
     async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         return await FakeEngine.render_completion(FakeEngine(), prompts, options)
@@ -296,8 +298,9 @@ def _logprobs(token_id: int, k: int) -> dict[int, Logprob]:
 
 
 def _text(content: Any) -> str:
+    """A message's text; an image is `<image>` (a VLM's template writes its placeholder)."""
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content)
+        return "".join("<image>" if part.get("type") == "image_url" else part.get("text", "") for part in content)
     return content or ""
 
 

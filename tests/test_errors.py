@@ -77,7 +77,10 @@ def test_missing_field_names_it(client):
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-     "messages[0].content[0]"),
+     "messages[0].content[0].image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,"
+                                                                                          "iVBORw0KGgo="}}]}]},
+     "messages[0].content[0]"),  # the model reads text only
     ({"messages": [{"role": "user", "content": [{"type": "audio", "audio": {}}]}]}, "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "messages[0].content[0].type"),
     ({"messages": MESSAGES, "tools": TOOLS}, "tool_choice"),  # auto, and no tool parser configured

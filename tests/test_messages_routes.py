@@ -328,7 +328,7 @@ def test_count_tokens_counts_what_a_message_would_send(client, fake_engine, sdk)
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                  "content": [{"type": "image", "source": {}}]}]}]},
-     "messages.0.content.0.content.0"),
+     "messages.0.content.0.content.0.source.type"),
     ({"messages": [*HI, {"role": "assistant", "content": "trailing "}]}, "messages.1.content"),
     ({"messages": [*HI, {"role": "assistant", "content": [{"type": "text", "text": "trailing "},
                                                           {"type": "thinking", "thinking": "t"}]}]},

@@ -35,7 +35,6 @@ from core.protocol.chat import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatLogprobs,
-    ImagePart,
     JsonObjectFormat,
     JsonSchemaFormat,
 )
@@ -80,18 +79,17 @@ class ChatJob(Job):
 def _check_unsupported(request: ChatCompletionRequest, compat: OperationCompat) -> None:
     refuse_unserved(request, CHAT_UNSERVED)
     compat.check_roles([message.role for message in request.messages])
-    for i, message in enumerate(request.messages):
-        for j, part in enumerate(message.content if isinstance(message.content, list) else []):
-            if isinstance(part, ImagePart):
-                raise bad_request("Image content is not supported: the served model reads text only.",
-                                  f"messages[{i}].content[{j}]")
     if request.top_logprobs and not request.logprobs:
         raise bad_request("top_logprobs needs logprobs set to true.", "top_logprobs")
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
     messages = without_none(msgspec.to_builtins(request.messages))
-    for message in messages:  # templates read either name (vLLM's server gives them both)
+    for message in messages:
+        for part in message["content"] if isinstance(message.get("content"), list) else ():
+            if part["type"] == "image_url":  # vLLM ignores it (and warns, per request)
+                part["image_url"].pop("detail", None)
+        # templates read either name (vLLM's server gives them both)
         reasoning = message.get("reasoning", message.get("reasoning_content"))
         if reasoning is not None:
             message["reasoning"] = message["reasoning_content"] = reasoning
@@ -112,7 +110,9 @@ def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str
     return kwargs
 
 
-async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response_id: str, created: int) -> ChatJob:
+async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response_id: str, created: int,
+                    image_names: list[str] | None = None) -> ChatJob:
+    """`image_names`: where the request's images came from, for a chat request translated from another API's."""
     engine, fan_out, compat = pipeline.engine, pipeline.fan_out, pipeline.compat
     model = check_common(pipeline, request)
     candidates = best_of_candidates(request)
@@ -123,7 +123,9 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     tools = plan_tools(request, parsers.tool_name if parsers is not None else None)
     kwargs = template_kwargs(request, tools)
     template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
-                                   continue_final_message=request.continue_final_message, kwargs=kwargs)
+                                   continue_final_message=request.continue_final_message, kwargs=kwargs,
+                                   media_io_kwargs=request.media_io_kwargs,
+                                   mm_processor_kwargs=request.mm_processor_kwargs)
     requested: int | None = request.max_completion_tokens
     param = "max_completion_tokens"
     if requested is None:
@@ -131,7 +133,10 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     if requested == 0:
         raise bad_request(f"{param} must be at least 1.", param)
     render = render_options(request, chat=True, max_model_len=engine.max_model_len, max_tokens=requested)
-    prompt = await engine.render_chat(_messages(request), template, render)  # EngineRejected names `messages`
+    messages = _messages(request)
+    await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs, request.media_io_kwargs,
+                                 image_names)
+    prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`
     check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None

@@ -26,15 +26,15 @@ from core.protocol.messages import (
     ToolChoiceNone,
     ToolChoiceTool,
 )
+from plugins.media import ImageRefused
 from plugins.pipeline import Pipeline
 
 BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's per-conversation system block: noise to the model
 ROLES = ("user", "assistant", "system")
 # The block types each role may send, and what Choir does not serve (the message says what to send).
-_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use", "thinking", "redacted_thinking"),
+_BLOCKS = {"user": ("text", "image", "tool_result"), "assistant": ("text", "tool_use", "thinking", "redacted_thinking"),
            "system": ("text",)}
 _NOT_SERVED = {
-    "image": "Image content is not supported: the served model reads text only.",
     "document": "`document` blocks are not served: send the document's text in a `text` block.",
     "search_result": "`search_result` blocks are not served: send the result's text in a `text` block.",
     "container_upload": "`container_upload` blocks are not served: this server runs no code-execution container.",
@@ -45,10 +45,10 @@ _FIELDS = {"stop": "stop_sequences", "response_format": "output_config.format", 
 
 
 def to_chat(request: MessagesInput, max_tokens: int, stream: bool = False,
-            fold_system: bool = False) -> ChatCompletionRequest:
-    """`fold_system`: inline `system` turns join the leading system message (for a chat template that takes a
-    system message only first)."""
-    conversation, prefill = _conversation(request)
+            fold_system: bool = False) -> tuple[ChatCompletionRequest, list[str]]:
+    """The chat request, and where each of its images came from. `fold_system`: inline `system` turns join the
+    leading system message (for a chat template that takes a system message only first)."""
+    conversation, prefill, images = _conversation(request)
     messages = [*_system(request), *conversation]
     if fold_system:
         messages = _folded(messages)
@@ -67,7 +67,7 @@ def to_chat(request: MessagesInput, max_tokens: int, stream: bool = False,
     if output is not None and output.effort is not None:
         body["reasoning_effort"] = output.effort
     try:
-        return parse_strict({k: v for k, v in body.items() if v is not None}, ChatCompletionRequest)
+        return parse_strict({k: v for k, v in body.items() if v is not None}, ChatCompletionRequest), images
     except msgspec.ValidationError as exc:
         raise in_messages_terms(error_for(exc)) from None
 
@@ -79,12 +79,13 @@ def _system(request: MessagesInput) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}] if system else []
 
 
-def _conversation(request: MessagesInput) -> tuple[list[dict[str, Any]], bool]:
-    """The messages as chat messages, and whether the last is a prefill (an assistant turn without tool calls,
-    which the answer continues)."""
+def _conversation(request: MessagesInput) -> tuple[list[dict[str, Any]], bool, list[str]]:
+    """The messages as chat messages, whether the last is a prefill (an assistant turn without tool calls,
+    which the answer continues), and where each image came from (in the chat messages' order)."""
     if not request.messages:
         raise bad_request("At least one message is required.", "messages")
     messages: list[dict[str, Any]] = []
+    images: list[str] = []
     for i, message in enumerate(request.messages):
         where = f"messages[{i}]"
         if message.role not in ROLES:
@@ -92,18 +93,20 @@ def _conversation(request: MessagesInput) -> tuple[list[dict[str, Any]], bool]:
                               f"{where}.role")
         blocks = [{"type": "text", "text": message.content}] if isinstance(message.content, str) \
             else message.content
-        messages += _turn(message.role, blocks, where)
+        messages += _turn(message.role, blocks, where, images)
     last, final = request.messages[-1], messages[-1]
     prefill = last.role == "assistant" and "tool_calls" not in final
     if prefill and final["content"] != final["content"].rstrip():
         raise bad_request("The final assistant content (a prefill the answer continues) cannot end with "
                           "whitespace.", f"messages[{len(request.messages) - 1}].content")
-    return messages, prefill
+    return messages, prefill, images
 
 
-def _turn(role: str, blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """One turn's blocks as chat messages: a user's tool results come first, each a tool message."""
-    texts: list[str] = []
+def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]) -> list[dict[str, Any]]:
+    """One turn's blocks as chat messages: a user's tool results come first, each a tool message; images (a tool
+    result's, then the turn's own) join the user's message, their names appended to `images` in that order."""
+    parts: list[dict[str, Any]] = []  # the turn's text and images, in order
+    own_images: list[str] = []
     results: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     reasoning: list[str] = []
@@ -116,25 +119,61 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str) -> list[dict[str,
             allowed = ", ".join(f"`{name}`" for name in _BLOCKS[role])
             raise bad_request(f"A {role} message's content blocks are {allowed}, not `{kind}`.", f"{at}.type")
         if kind == "text":
-            texts.append(_field(block, "text", str, at))
+            parts.append({"type": "text", "text": _field(block, "text", str, at)})
+        elif kind == "image":
+            parts.append(_image(block, at))
+            own_images.append(at)
         elif kind == "tool_result":
-            results.append({"role": "tool", "tool_call_id": _field(block, "tool_use_id", str, at),
-                            "content": _result_text(block, at)})
+            text, result_images = _result(block, at)
+            results.append({"role": "tool", "tool_call_id": _field(block, "tool_use_id", str, at), "content": text})
+            parts[:0] = [part for part, _ in result_images]  # before the turn's own content, as vLLM puts them
+            images += [name for _, name in result_images]
         elif kind == "tool_use":
             arguments = msgspec.json.encode(_field(block, "input", dict, at)).decode()
             calls.append({"id": _field(block, "id", str, at), "type": "function",
                           "function": {"name": _field(block, "name", str, at), "arguments": arguments}})
         elif kind == "thinking":
             reasoning.append(_field(block, "thinking", str, at))  # its signature is not checked
+    images += own_images
     messages = results
-    if texts or calls or reasoning or not results:
-        message: dict[str, Any] = {"role": role, "content": "\n".join(texts)}
+    if parts or calls or reasoning or not results:
+        message: dict[str, Any] = {"role": role, "content": _content(parts)}
         if calls:
             message["tool_calls"] = calls
         if reasoning:
             message["reasoning"] = "".join(reasoning)
         messages = [*messages, message]
     return messages
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Text blocks joined by newlines; with images, the parts in order (adjacent text blocks joined alike)."""
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
+    merged: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
+            merged[-1] = {"type": "text", "text": merged[-1]["text"] + "\n" + part["text"]}
+        else:
+            merged.append(part)
+    return merged
+
+
+def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """An `image` block as chat's image part: a base64 source as a data URL, a url source as it is."""
+    source = _field(block, "source", dict, where)
+    kind = source.get("type")
+    if kind == "base64":
+        media_type = _field(source, "media_type", str, f"{where}.source")
+        url = f"data:{media_type};base64,{_field(source, 'data', str, f'{where}.source')}"
+    elif kind == "url":
+        url = _field(source, "url", str, f"{where}.source")
+    elif kind == "file":
+        raise bad_request("An image by `file_id` needs the Files API, which this server has not: send a `base64` "
+                          "or `url` source.", f"{where}.source")
+    else:
+        raise bad_request("An image's `source.type` is `base64` or `url`.", f"{where}.source.type")
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _field(block: dict[str, Any], name: str, kind: type, where: str) -> Any:
@@ -144,9 +183,11 @@ def _field(block: dict[str, Any], name: str, kind: type, where: str) -> Any:
     return value
 
 
-def _result_text(block: dict[str, Any], where: str) -> str:
-    """A tool result's content (a string, or text blocks) as text; an error result says so first."""
+def _result(block: dict[str, Any], where: str) -> tuple[str, list[tuple[dict[str, Any], str]]]:
+    """A tool result's content (a string, or text and image blocks): its text, an error result saying so first,
+    and its images with their names (chat's tool messages hold text only)."""
     content = block.get("content")
+    images: list[tuple[dict[str, Any], str]] = []
     if content is None:
         text = ""
     elif isinstance(content, str):
@@ -154,17 +195,21 @@ def _result_text(block: dict[str, Any], where: str) -> str:
     elif isinstance(content, list):
         parts = []
         for k, part in enumerate(content):
+            at = f"{where}.content[{k}]"
             kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image":
+                images.append((_image(part, at), at))
+                continue
             if kind in _NOT_SERVED:
-                raise bad_request(_NOT_SERVED[kind], f"{where}.content[{k}]")
+                raise bad_request(_NOT_SERVED[kind], at)
             if kind != "text":
-                raise bad_request(f"A tool result's content blocks are `text`, not `{kind}`.",
-                                  f"{where}.content[{k}].type")
-            parts.append(_field(part, "text", str, f"{where}.content[{k}]"))
+                raise bad_request(f"A tool result's content blocks are `text` and `image`, not `{kind}`.",
+                                  f"{at}.type")
+            parts.append(_field(part, "text", str, at))
         text = "\n".join(parts)
     else:
-        raise bad_request("`content` must be a string or a list of text blocks.", f"{where}.content")
-    return f"Error: {text}" if block.get("is_error") is True else text
+        raise bad_request("`content` must be a string or a list of text and image blocks.", f"{where}.content")
+    return (f"Error: {text}" if block.get("is_error") is True else text), images
 
 
 def _folded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -220,7 +265,7 @@ def in_messages_terms(error: APIError) -> APIError:
     """An error about a chat field, told with the Messages field's name (a tool's function.parameters is its
     input_schema; a chat message's index is not the request's, so `messages` alone)."""
     param = error.param
-    if param is None or isinstance(error, PromptTooLong):
+    if param is None or isinstance(error, (PromptTooLong, ImageRefused)):  # the latter named where the image is
         return error
     head = param.split("[")[0].split(".")[0]
     if head == "messages":
@@ -264,7 +309,7 @@ async def _plan(pipeline: Pipeline, request: MessagesInput, request_id: str, cre
     _check_refused(request)
     budget = min(max_tokens, pipeline.engine.max_model_len)
     stream = isinstance(request, MessagesRequest) and request.stream
-    chat = to_chat(request, budget, stream)
+    chat, images = to_chat(request, budget, stream)
     if request.tools and not isinstance(request.tool_choice, (ToolChoiceAny, ToolChoiceTool, ToolChoiceNone)) \
             and (pipeline.parsers is None or pipeline.parsers.tool_name is None):
         raise bad_request("Tools with tool_choice `auto` need a tool parser: start the server with CHOIR_TOOL_PARSER "
@@ -272,12 +317,12 @@ async def _plan(pipeline: Pipeline, request: MessagesInput, request_id: str, cre
                           "\"name\": ...}.", "tool_choice")
     try:
         try:
-            return await plan_chat(pipeline, chat, request_id, created)
+            return await plan_chat(pipeline, chat, request_id, created, images)
         except EngineRejected as exc:  # a template that takes a system message only first
             if exc.param != "messages" or not any(m.role == "system" for m in request.messages):
                 raise
-            return await plan_chat(pipeline, to_chat(request, budget, stream, fold_system=True), request_id,
-                                   created)
+            folded, images = to_chat(request, budget, stream, fold_system=True)
+            return await plan_chat(pipeline, folded, request_id, created, images)
     except PromptTooLong as exc:
         if exc.tokens is None or exc.limit is None:
             raise

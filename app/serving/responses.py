@@ -21,6 +21,7 @@ from core.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
 from core.protocol.responses import (
     FunctionCallInput,
     FunctionCallOutputInput,
+    InputImage,
     InputMessage,
     JsonSchemaTextFormat,
     ReasoningInput,
@@ -28,6 +29,7 @@ from core.protocol.responses import (
     ResponsesRequest,
 )
 from plugins.aggregation import Aggregator, cached_tokens
+from plugins.media import ImageRefused
 from plugins.pipeline import Pipeline
 
 LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for them
@@ -128,8 +130,36 @@ def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
              "function": {"name": parsed.name, "arguments": parsed.arguments}}]}
     if isinstance(parsed, FunctionCallOutputInput):
         return {"role": "tool", "tool_call_id": parsed.call_id, "content": parsed.output}
-    content = parsed.content if isinstance(parsed.content, str) else "".join(part.text for part in parsed.content)
-    return {"role": parsed.role, "content": content}
+    if isinstance(parsed.content, str):
+        return {"role": parsed.role, "content": parsed.content}
+    if not any(isinstance(part, InputImage) for part in parsed.content):
+        return {"role": parsed.role, "content": "".join(part.text for part in parsed.content)}
+    chat_parts: list[dict[str, Any]] = []
+    for j, part in enumerate(parsed.content):
+        if not isinstance(part, InputImage):
+            chat_parts.append({"type": "text", "text": part.text})
+        elif part.image_url is None:
+            raise bad_request("An image by `file_id` needs a Files API, which this server has not: send `image_url` "
+                              "(a data URL, or an http(s) URL).", f"{where}.content[{j}]")
+        else:
+            chat_parts.append({"type": "image_url", "image_url": {"url": part.image_url}})
+    return {"role": parsed.role, "content": chat_parts}
+
+
+def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None) -> list[str]:
+    """Where each image of the chat messages came from, in their order: the stored history, then `input`."""
+    stored = "conversation" if request.conversation is not None else "previous_response_id"
+    names = [stored for item in history or () for _ in _images(item)]
+    if not isinstance(request.input, str):
+        names += [f"input[{i}].content[{j}]" for i, item in enumerate(request.input) for j in _images(item)]
+    return names
+
+
+def _images(item: Any) -> list[int]:
+    content = item.get("content") if isinstance(item, dict) and item.get("type", "message") == "message" else None
+    if not isinstance(content, list):
+        return []
+    return [j for j, part in enumerate(content) if isinstance(part, dict) and part.get("type") == "input_image"]
 
 
 async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str, created: int,
@@ -160,7 +190,7 @@ async def _plan_fitting(pipeline: Pipeline, request: ResponsesRequest, history: 
                         response_id: str, created: int) -> ChatJob:
     """Planned; under `truncation: "auto"` a history fits only if it leaves room for `max_output_tokens` too, as
     OpenAI reserves the output before it cuts (else a cut history could leave room for one token)."""
-    job = await plan_chat(pipeline, to_chat(request, history), response_id, created)
+    job = await plan_chat(pipeline, to_chat(request, history), response_id, created, image_names(request, history))
     room = pipeline.engine.max_model_len - job.prompt_tokens
     if history and request.truncation == "auto" and request.max_output_tokens and room < request.max_output_tokens:
         raise PromptTooLong(f"The prompt leaves {room} tokens for output, fewer than max_output_tokens.", "messages")
@@ -190,6 +220,8 @@ async def _truncated(pipeline: Pipeline, request: ResponsesRequest, history: lis
 
 def _in_responses_terms(error: APIError) -> APIError:
     """An error about a chat field the request set, told with the Responses field's name."""
+    if isinstance(error, ImageRefused):  # named where the image is already
+        return error
     param = error.param or ""
     name = _RESPONSES_NAMES.get(param) or _RESPONSES_NAMES.get(param.split("[")[0].split(".")[0])
     if name is None:

@@ -35,9 +35,14 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         if request.tools:
             kwargs.setdefault("tools", msgspec.to_builtins(request.tools))
         template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
-                                       continue_final_message=request.continue_final_message, kwargs=kwargs)
+                                       continue_final_message=request.continue_final_message, kwargs=kwargs,
+                                       media_io_kwargs=request.media_io_kwargs,
+                                       mm_processor_kwargs=request.mm_processor_kwargs)
         pipeline.compat.check_roles([message.role for message in request.messages])
         messages = without_none(msgspec.to_builtins(request.messages))
+        # an image counts the tokens the model's processor gives it, as in a chat request
+        await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
+                                     request.media_io_kwargs)
         prompt = await engine.render_chat(messages, template,
                                           RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))
     tokens = list(prompt.token_ids)

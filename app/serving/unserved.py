@@ -40,8 +40,6 @@ UNSERVED: dict[str, tuple[Any, str]] = {
 CHAT_UNSERVED: dict[str, tuple[Any, str]] = {
     "echo": (False, "chat `echo` is not served: prepend the last message yourself"),
     "chat_template": (None, "a request may not bring its own chat template: the server renders the model's"),
-    "media_io_kwargs": (None, "the served model reads text only"),
-    "mm_processor_kwargs": (None, "the served model reads text only"),
     "return_prompt_text": (None, "the rendered prompt text is not returned: POST /tokenize shows the prompt's tokens"),
     # SGLang's
     "input_ids": (None, "a chat prompt is rendered from `messages`: send token ids as the `prompt` of "
@@ -49,8 +47,8 @@ CHAT_UNSERVED: dict[str, tuple[Any, str]] = {
     "return_prompt_token_ids": (False, "send `return_token_ids`: the response then has `prompt_token_ids`"),
     "return_meta_info": (False, "engine meta info is not returned: `usage` and `return_token_ids` tell what it "
                                 "would"),
-    "max_dynamic_patch": (None, "the served model reads text only"),
-    "min_dynamic_patch": (None, "the served model reads text only"),
+    "max_dynamic_patch": (None, "send it in `mm_processor_kwargs`, as vLLM takes a processor's kwargs"),
+    "min_dynamic_patch": (None, "send it in `mm_processor_kwargs`, as vLLM takes a processor's kwargs"),
 }
 EMBEDDING_UNSERVED: dict[str, tuple[Any, str]] = {
     "priority": (0, "embeddings are not scheduled by priority on this server"),

@@ -12,10 +12,15 @@ class TextPart(msgspec.Struct, tag_field="type", tag="text"):
     text: str
 
 
-class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
-    """Accepted by the wire format so that it can be refused with a clear message: no model here sees images."""
+class ImageURL(msgspec.Struct, kw_only=True):
+    url: str  # a data URL (data:image/png;base64,...), or an http(s) URL on a host the server fetches from
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the model's processor decides the resolution
 
-    image_url: dict[str, Any]
+
+class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
+    """An image, for a vision-language model (plugins/media.py checks it; vLLM's renderer loads it)."""
+
+    image_url: ImageURL
 
 
 ContentPart = TextPart | ImagePart

@@ -18,10 +18,19 @@ class OutputTextInput(msgspec.Struct, tag_field="type", tag="output_text"):
     text: str
 
 
+class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=True):
+    """An image, for a vision-language model: a data URL or an http(s) URL (`file_id` needs a Files API, which
+    this server has not)."""
+
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
 class InputMessage(msgspec.Struct, kw_only=True):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputText | OutputTextInput]
+    content: str | list[InputText | OutputTextInput | InputImage]
 
 
 class FunctionCallInput(msgspec.Struct, kw_only=True):

@@ -26,9 +26,14 @@ class Prompt(msgspec.Struct, frozen=True):
 
 
 class ChatTemplateOptions(msgspec.Struct, frozen=True):
+    """How messages are rendered (vLLM's ChatParams): the template's options, and for a request with images the
+    per-request kwargs of vLLM's media loading and multimodal processor."""
+
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     kwargs: dict[str, Any] = {}
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
 
 
 class RenderOptions(msgspec.Struct, frozen=True):
@@ -70,6 +75,7 @@ class Tokenizing(Protocol):
     served_model_names: tuple[str, ...]
     max_model_len: int
     vocab_size: int  # token ids go from 0 to vocab_size - 1
+    max_images: int  # images one prompt may hold (vLLM's --limit-mm-per-prompt); 0: the model reads text only
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...

@@ -41,6 +41,7 @@ class VllmBase:
             raise SettingsError("--skip-tokenizer-init is not supported: Choir renders chat templates, tokenizes "
                                 "prompts and detokenizes outputs itself with the model's tokenizer.")
         self.vocab_size = tokenizer.max_token_id + 1
+        self.max_images = _max_images(engine)
         self._tokenize_params, self._chat_params = TokenizeParams, ChatParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
 
@@ -81,25 +82,38 @@ class VllmBase:
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
+        """Rendered by vLLM's renderer, images included: it loads them (in its thread pool) and its multimodal
+        processor puts each image's tokens in the prompt. The prompt handed to the engine carries the processed
+        image, so the children of an `n > 1` request share it."""
         kwargs = {**template.kwargs, "add_generation_prompt": template.add_generation_prompt,
                   "continue_final_message": template.continue_final_message}
         if options.add_special_tokens:
             # The template renders text, then the tokenizer adds its special tokens (bos), as vLLM's server
             # does; a template that tokenizes by itself never adds them.
             kwargs["tokenize"] = False
+        media = any(isinstance(m.get("content"), list) and any(p.get("type") != "text" for p in m["content"])
+                    for m in messages)
         params, renderer = self._chat_params(chat_template_kwargs=kwargs), self._engine.renderer
         tok_params, extras = self._tokenize(options), prompt_extras(options)
+        if media:  # as vLLM's server: the model's default media_io_kwargs under the request's
+            defaults = self._engine.model_config.multimodal_config
+            params = self._chat_params(chat_template_kwargs=kwargs, media_io_kwargs=template.media_io_kwargs)
+            params = params.with_defaults(default_media_io_kwargs=defaults.media_io_kwargs if defaults else None,
+                                          default_mm_processor_kwargs=template.mm_processor_kwargs)
+            if template.mm_processor_kwargs:
+                extras = {**(extras or {}), "mm_processor_kwargs": template.mm_processor_kwargs}
         try:
-            if sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
+            if not media and sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
                 _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
-            else:
+            else:  # images are loaded and processed off the event loop
                 _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
         except Exception as exc:
             refused = rejection(exc)
             if refused is None:
                 raise
-            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: {refused.message}",
-                                 "messages") from exc
+            what = ("The images cannot be processed for the model" if media
+                    else "The messages cannot be rendered with the model's chat template")
+            raise EngineRejected(f"{what}: {refused.message}", "messages") from exc
         return prompt_of(inputs[0])
 
     def token_strings(self, token_ids: list[int]) -> list[str]:
@@ -121,6 +135,20 @@ class VllmBase:
 
     def num_unfinished_requests(self) -> int:
         return self._engine.get_num_unfinished_requests()
+
+
+def _max_images(engine: Any) -> int:
+    """How many images one prompt may hold: 0 for a model without image input, else its --limit-mm-per-prompt."""
+    config = engine.model_config
+    if not config.is_multimodal_model or config.multimodal_config is None:
+        return 0
+    try:
+        supported = engine.renderer.get_mm_processor().info.get_supported_mm_limits()
+    except Exception:  # a processor that cannot say: vLLM's limit alone decides
+        supported = {"image": None}
+    if "image" not in supported:
+        return 0
+    return int(config.multimodal_config.get_limit_per_prompt("image"))
 
 
 def prompt_extras(options: RenderOptions) -> dict[str, Any] | None:
