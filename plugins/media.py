@@ -150,6 +150,9 @@ class MediaPolicy:
                 if response.status_code != 200:
                     raise ImageRefused(400, f"The image URL answered {response.status_code}, not 200 with an image "
                                             "(redirects are not followed).", name)
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > self.max_bytes:
+                    raise ImageRefused(400, self._too_large(int(declared)), name)
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)
                     if size > self.max_bytes:
@@ -191,5 +194,5 @@ class MediaPolicy:
         return _FORMATS[kind]
 
     def _too_large(self, size: int, at_least: bool = False) -> str:
-        return (f"The image has {'more than ' if at_least else ''}{size} bytes, more than this server takes "
-                f"({self.max_bytes}, CHOIR_MAX_IMAGE_BYTES).")
+        has = f"at least {size}" if at_least else str(size)  # at least: where a fetch stopped reading
+        return f"The image has {has} bytes, more than this server takes ({self.max_bytes}, CHOIR_MAX_IMAGE_BYTES)."

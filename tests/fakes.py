@@ -101,6 +101,7 @@ class FakeEngine:
     calls: list[Call] = field(default_factory=list)
     renders: list[RenderOptions] = field(default_factory=list)  # each render's options
     templates: list[ChatTemplateOptions] = field(default_factory=list)
+    conversations: list[list[dict[str, Any]]] = field(default_factory=list)  # each render_chat's messages
     aborted: list[str] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
     _adapter: SamplingAdapter | None = field(default=None, repr=False)
@@ -118,6 +119,7 @@ class FakeEngine:
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
         self.renders.append(options)
         self.templates.append(template)
+        self.conversations.append(messages)
         text = "".join(f"<{m['role']}>{_text(m.get('content'))}" for m in messages)
         if template.add_generation_prompt:
             text += "<assistant>"

@@ -1,0 +1,351 @@
+"""Images in requests, over the fake engine (which renders an image part as `<image>`): chat, Responses, Messages
+and /tokenize hand them to the renderer, and every image the server cannot take is a 400 naming its part, before
+the engine sees anything. The real renderer and processor: tests/integration/test_images.py."""
+
+import asyncio
+import base64
+import http.server
+import io
+import random
+import threading
+import time
+
+import pytest
+from litestar.testing import TestClient
+from PIL import Image
+
+from app.asgi import create_app
+from core.settings import Settings
+from plugins.media import ImageRef, ImageRefused, MediaPolicy
+from tests.fakes import FakeEngine, fake_engine_factory
+
+CHAT = "/v1/chat/completions"
+
+
+def png(width=4, height=4, color=(200, 30, 30)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def data_url(data: bytes, media_type="image/png") -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+PNG = data_url(png())
+
+
+def image(url=PNG) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user(*parts) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": "What is this?"}, *parts]}
+
+
+def vlm(**settings):
+    """A client over a fake engine that reads up to two images per prompt."""
+    engine = FakeEngine(max_images=2, max_model_len=256)
+    app = create_app(Settings(served_model_name="fake-model", **settings), engine_factory=fake_engine_factory(engine))
+    return TestClient(app), engine
+
+
+@pytest.fixture
+def images():
+    client, engine = vlm()
+    with client:
+        yield client, engine
+
+
+def refused(response, param):
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "BadRequestError", error
+    return error["message"]
+
+
+# What reaches the renderer
+
+def test_an_image_part_reaches_the_renderer_in_place(images):
+    client, engine = images
+    part = {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}
+    body = client.post(CHAT, json={"messages": [user(part)], "max_tokens": 3}).json()
+    assert body["choices"][0]["message"]["content"]
+    [messages] = engine.conversations
+    assert messages[0]["content"] == [{"type": "text", "text": "What is this?"},
+                                      {"type": "image_url", "image_url": {"url": PNG}}]  # detail: vLLM ignores it
+    assert "<image>" in engine.calls[0].prompt.text
+    # usage counts the prompt the renderer made, its image tokens included
+    assert body["usage"]["prompt_tokens"] == len(engine.calls[0].prompt.token_ids)
+
+
+def test_the_children_of_n_share_one_rendered_image(images):
+    client, engine = images
+    body = client.post(CHAT, json={"messages": [user(image())], "n": 4, "max_tokens": 2, "seed": 1}).json()
+    assert len(body["choices"]) == 4
+    assert len(engine.conversations) == 1 and len(engine.calls) == 4  # one render, one processed image
+    assert len({id(call.prompt.engine_input) for call in engine.calls}) == 1
+
+
+def test_several_images_and_jpeg_webp_gif(images):
+    client, engine = images
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(out, "JPEG")
+    jpeg = data_url(out.getvalue(), "image/jpeg")
+    assert client.post(CHAT, json={"messages": [user(image(), image(jpeg))], "max_tokens": 1}).status_code == 200
+    assert engine.calls[-1].prompt.text.count("<image>") == 2
+    for kind in ("WEBP", "GIF"):
+        out = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(out, kind)
+        url = data_url(out.getvalue(), f"image/{kind.lower()}")
+        assert client.post(CHAT, json={"messages": [user(image(url))], "max_tokens": 1}).status_code == 200
+
+
+def test_tokenize_counts_what_a_chat_request_sends(images):
+    client, engine = images
+    messages = [user(image())]
+    tokens = client.post("/tokenize", json={"messages": messages}).json()["tokens"]
+    client.post(CHAT, json={"messages": messages, "max_tokens": 1})
+    assert tokens == engine.calls[0].prompt.token_ids
+
+
+def test_responses_input_image_reaches_the_renderer(images):
+    client, engine = images
+    response = client.post("/v1/responses", json={"model": "fake-model", "max_output_tokens": 2, "store": False,
+                                                  "input": [{"role": "user", "content": [
+                                                      {"type": "input_text", "text": "Describe"},
+                                                      {"type": "input_image", "image_url": PNG, "detail": "high"}]}]})
+    assert response.status_code == 200, response.text
+    assert engine.conversations[0][-1]["content"][1] == {"type": "image_url", "image_url": {"url": PNG}}
+
+
+def test_anthropic_image_blocks_reach_the_renderer(images):
+    client, engine = images
+    data = base64.b64encode(png()).decode()
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": "screenshot"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "and this?"},
+                                     {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": data}}]}]})
+    assert response.status_code == 200, response.text
+    messages = engine.conversations[0]
+    # a tool result's image joins the user message after the tool message (chat's tool messages hold text)
+    assert [m["role"] for m in messages] == ["tool", "user", "assistant", "user"]
+    assert messages[0]["content"] == "screenshot"
+    assert messages[1]["content"] == [{"type": "image_url", "image_url": {"url": PNG}}]
+    assert messages[3]["content"] == [{"type": "text", "text": "and this?"}, image()]
+
+
+# Refused, each named where the client put it
+
+def test_a_text_only_model_refuses_images_naming_the_part(client, fake_engine):
+    messages = [{"role": "system", "content": "x"}, user(image())]
+    assert "reads text only" in refused(client.post(CHAT, json={"messages": messages}), "messages[1].content[1]")
+    assert refused(client.post("/tokenize", json={"messages": messages}), "messages[1].content[1]")
+    assert not fake_engine.calls and not fake_engine.conversations
+
+
+def test_more_images_than_the_limit_names_the_first_one_over(images):
+    client, engine = images
+    message = refused(client.post(CHAT, json={"messages": [user(image()), user(image(), image())]}),
+                      "messages[1].content[2]")
+    assert "At most 2 image(s)" in message and not engine.calls
+
+
+BROKEN_PNG = png()[:-20] + b"\x00" * 20  # the last chunks' checksums are wrong
+
+
+@pytest.mark.parametrize("url, says", [
+    (data_url(b"not an image at all"), "not an image"),
+    (data_url(BROKEN_PNG), "damaged"),
+    ("data:image/png;base64,%%%not-base64%%%", "not valid base64"),
+    (data_url(png(), "text/plain"), "`text/plain` is not an image type"),
+    (data_url(png(), "application/pdf"), "`application/pdf` is not an image type"),
+    ("data:image/png,rawbytes", "base64"),
+    ("file:///etc/passwd", "data URL"),
+    ("ftp://example.com/a.png", "data URL"),
+    ("https://example.com/cat.png", "not fetched"),
+])
+def test_an_image_the_server_cannot_take_is_a_400_naming_it(images, url, says):
+    client, engine = images
+    message = refused(client.post(CHAT, json={"messages": [{"role": "user", "content": "hi"}, user(image(url))]}),
+                      "messages[1].content[1]")
+    assert says in message, message
+    assert not engine.calls
+
+
+def test_a_bmp_is_not_a_served_type(images):
+    client, _ = images
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(out, "BMP")
+    assert "BMP" in refused(client.post(CHAT, json={"messages": [user(image(data_url(out.getvalue())))]}),
+                            "messages[0].content[1]")
+
+
+def test_size_and_pixel_limits():
+    client, engine = vlm(max_image_bytes=1000, max_image_pixels=10_000)
+    with client:
+        noisy = Image.frombytes("L", (64, 64), random.Random(0).randbytes(64 * 64))  # incompressible
+        out = io.BytesIO()
+        noisy.save(out, "PNG")
+        assert "CHOIR_MAX_IMAGE_BYTES" in refused(
+            client.post(CHAT, json={"messages": [user(image(data_url(out.getvalue())))]}), "messages[0].content[1]")
+        # a tiny file of many pixels (a decompression bomb) is refused from its header, before any decoding
+        bomb = png(200, 200)
+        assert len(bomb) < 1000
+        assert "200 × 200" in refused(client.post(CHAT, json={"messages": [user(image(data_url(bomb)))]}),
+                                      "messages[0].content[1]")
+        assert not engine.calls
+
+
+def test_mm_kwargs_need_the_trust_setting(images):
+    client, engine = images
+    for name, value in (("mm_processor_kwargs", {"do_resize": False}),
+                        ("media_io_kwargs", {"image": {"image_mode": "RGBA"}})):
+        assert "CHOIR_TRUST_REQUEST_MM_KWARGS" in refused(
+            client.post(CHAT, json={"messages": [user(image())], name: value}), name)
+        assert refused(client.post("/tokenize", json={"messages": [user(image())], name: value}), name)
+    trusted, engine = vlm(trust_request_mm_kwargs=True)
+    with trusted:
+        assert trusted.post(CHAT, json={"messages": [user(image())], "max_tokens": 1,
+                                        "mm_processor_kwargs": {"do_resize": False},
+                                        "media_io_kwargs": {"image": {"image_mode": "RGBA"}}}).status_code == 200
+    template = engine.templates[0]
+    assert template.mm_processor_kwargs == {"do_resize": False}
+    assert template.media_io_kwargs == {"image": {"image_mode": "RGBA"}}
+
+
+def test_responses_and_messages_name_their_own_parts(images):
+    client, _ = images
+    bad = data_url(b"garbage")
+    response = client.post("/v1/responses", json={"model": "fake-model", "store": False, "input": [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "input_text", "text": "x"}, {"type": "input_image", "image_url": PNG},
+                                     {"type": "input_image", "image_url": bad}]}]})
+    assert "not an image" in refused(response, "input[1].content[2]")
+    response = client.post("/v1/responses", json={"model": "fake-model", "store": False, "input": [
+        {"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]})
+    assert "Files API" in refused(response, "input[0].content[0]")
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {
+            "type": "base64", "media_type": "image/bmp", "data": "AAAA"}}]}]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("messages.0.content.1: `image/bmp` is not an image type"), error
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]})
+    assert response.json()["error"]["message"].startswith("messages.0.content.0.source: "), response.text
+
+
+# Fetching: off by default, then only from the allowed hosts, bounded
+
+class _Images(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - the standard library's name
+        if self.path == "/cat.png":
+            body = png(6, 6)
+        elif self.path == "/big.png":
+            body = b"\x89PNG" + b"\x00" * 5000
+        elif self.path == "/moved.png":
+            self.send_response(302)
+            self.send_header("Location", "http://elsewhere.example/cat.png")
+            self.end_headers()
+            return
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def image_host():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_urls_are_fetched_from_allowed_hosts_only(image_host, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    client, engine = vlm(media_domains=("127.0.0.1",), max_image_bytes=2000)
+    with client:
+        assert client.post(CHAT, json={"messages": [user(image(f"{image_host}/cat.png"))],
+                                       "max_tokens": 1}).status_code == 200
+        # the renderer gets the fetched bytes: vLLM never fetches, so never from elsewhere
+        assert engine.conversations[0][0]["content"][1]["image_url"]["url"] == data_url(png(6, 6))
+        for path, says in (("/missing.png", "answered 404"), ("/moved.png", "answered 302"),
+                           ("/big.png", "5004 bytes, more than this server takes (2000")):
+            assert says in refused(client.post(CHAT, json={"messages": [user(image(f"{image_host}{path}"))]}),
+                                   "messages[0].content[1]")
+        other = image_host.replace("127.0.0.1", "localhost")
+        assert "not from localhost" in refused(client.post(CHAT, json={"messages": [user(image(f"{other}/cat.png"))]}),
+                                               "messages[0].content[1]")
+        assert len(engine.calls) == 1
+
+
+def test_a_slow_image_host_times_out():
+    listener = __import__("socket").create_server(("127.0.0.1", 0))  # accepts, never answers
+    client, _ = vlm(media_domains=("127.0.0.1",), media_fetch_seconds=1)
+    try:
+        with client:
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}/slow.png"
+            assert "within 1 s" in refused(client.post(CHAT, json={"messages": [user(image(url))]}),
+                                           "messages[0].content[1]")
+    finally:
+        listener.close()
+
+
+# Off the event loop
+
+def test_checking_a_large_image_never_holds_the_event_loop(monkeypatch):
+    """The checks run in threads, a few at a time: the loop keeps serving while they work."""
+    policy = MediaPolicy(checks=1)
+    busy = []
+
+    def slow_inspect(self, data, name):
+        busy.append(threading.current_thread() is not threading.main_thread())
+        time.sleep(0.3)
+        return "image/png"
+
+    monkeypatch.setattr(MediaPolicy, "_inspect", slow_inspect)
+
+    async def run():
+        ticks = 0
+
+        async def heartbeat():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        beat = asyncio.create_task(heartbeat())
+        parts = [ImageRef({"type": "image_url", "image_url": {"url": PNG}}, f"messages[0].content[{j}]")
+                 for j in range(2)]
+        await policy.load(parts, max_images=2)
+        beat.cancel()
+        return ticks
+
+    ticks = asyncio.run(run())
+    assert busy == [True, True]  # each check in a worker thread, one after the other (checks=1)
+    assert ticks >= 20  # the loop ran all along: ~0.6 s of checks, a tick every 10 ms
+
+
+def test_the_first_bad_image_in_order_is_the_answer():
+    policy = MediaPolicy()
+    parts = [ImageRef({"type": "image_url", "image_url": {"url": PNG}}, "a"),
+             ImageRef({"type": "image_url", "image_url": {"url": data_url(b"x")}}, "b"),
+             ImageRef({"type": "image_url", "image_url": {"url": "https://h/c.png"}}, "c")]
+    with pytest.raises(ImageRefused) as refusal:
+        asyncio.run(policy.load(parts, max_images=3))
+    assert refusal.value.param == "b"
+
