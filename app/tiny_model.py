@@ -206,9 +206,9 @@ def build_atomically(target: Path, version: str, write: Callable[[Path], None], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The model at --out, and beside it its LoRA adapter and the pooling models (`<out>-lora`, `<out>-embed`,
-    `<out>-rerank`, `<out>-classify`)."""
-    from app import tiny_extras
+    """The model at --out, and beside it its LoRA adapter, the pooling models and the vision-language model
+    (`<out>-lora`, `<out>-embed`, `<out>-rerank`, `<out>-classify`, `<out>-vlm`)."""
+    from app import tiny_extras, tiny_vlm
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"default: {DEFAULT_DIR}")
@@ -225,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
              lambda: tiny_extras.build_reranker(model.with_name(model.name + "-rerank"), model, force=args.force)),
             (model.with_name(model.name + "-classify"), tiny_extras.EXTRAS_VERSION,
              lambda: tiny_extras.build_classifier(model.with_name(model.name + "-classify"), model,
-                                                  force=args.force))):
+                                                  force=args.force)),
+            (model.with_name(model.name + "-vlm"), tiny_vlm.VLM_VERSION,
+             lambda: tiny_vlm.build_vlm(model.with_name(model.name + "-vlm"), model, force=args.force))):
         existed = not args.force and is_complete(target, version)
         print(f"{'up to date' if existed else 'built'}: {make()}")
     return 0
