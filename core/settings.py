@@ -14,6 +14,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL_DIR = PROJECT_ROOT / "models" / "choir-tiny"
 BUNDLED_MODEL_NAME = "choir-tiny"
 BUNDLED_LORA_DIR = PROJECT_ROOT / "models" / "choir-tiny-lora"
+# A tiny vision-language model (LLaVA-style), built beside it and served only when CHOIR_MODEL names it.
+BUNDLED_VLM_DIR = PROJECT_ROOT / "models" / "choir-tiny-vlm"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_STORE_URL = f"sqlite+aiosqlite:///{PROJECT_ROOT / '.choir' / 'store.sqlite3'}"
@@ -77,12 +79,13 @@ class RoleModel:
 
     @property
     def is_bundled(self) -> bool:
-        return Path(self.model).resolve() == bundled_model_dir(self.role)
+        path = Path(self.model).resolve()
+        return path == bundled_model_dir(self.role) or (self.role == "generate" and path == BUNDLED_VLM_DIR)
 
     @property
     def served_model_names(self) -> tuple[str, ...]:
         """One name or several (aliases), comma-separated; the first is reported."""
-        names = self.name or (bundled_model_dir(self.role).name if self.is_bundled else self.model)
+        names = self.name or (Path(self.model).resolve().name if self.is_bundled else self.model)
         return tuple(name.strip() for name in names.split(",") if name.strip())
 
     @property
@@ -186,11 +189,11 @@ class Settings:
                     env.setdefault(key, value)  # the real environment wins over .env
 
         model = env.get("CHOIR_MODEL") or str(BUNDLED_MODEL_DIR)
-        bundled = Path(model).resolve() == BUNDLED_MODEL_DIR
+        bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR)
         if (model.startswith((".", "/", "~")) or bundled) and not Path(model).expanduser().is_dir():
             hint = " Run `make install` to build the bundled model." if bundled else ""
             raise SettingsError(f"CHOIR_MODEL={model!r} is not a directory.{hint}")
-        default_name = BUNDLED_MODEL_NAME if bundled else model
+        default_name = Path(model).resolve().name if bundled else model
         served_model_name = env.get("CHOIR_SERVED_MODEL_NAME") or default_name
         engine_args = _engine_flags(env, "CHOIR_ENGINE_ARGS", OWN_FLAGS)
         engine_args, api_servers, headless = _front_end_flags(env, engine_args)

@@ -17,7 +17,8 @@ from plugins.engine.vllm_engine import VllmEngine
 class StubAsyncLLM:
     def __init__(self) -> None:
         self.errored = False
-        self.model_config = SimpleNamespace(max_model_len=64, get_diff_sampling_param=dict)
+        self.model_config = SimpleNamespace(max_model_len=64, get_diff_sampling_param=dict, is_multimodal_model=False,
+                                            multimodal_config=None)
         self.vllm_config = SimpleNamespace(scheduler_config=SimpleNamespace(policy="fcfs"),
                                            parallel_config=SimpleNamespace(data_parallel_size=1,
                                                                            data_parallel_size_local=1,

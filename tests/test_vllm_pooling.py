@@ -20,7 +20,8 @@ class StubPoolingLLM:
         self.errored = False
         self.model_config = SimpleNamespace(max_model_len=64, embedding_size=4, matryoshka_dimensions=None,
                                             is_matryoshka=False, use_sep_token=True,
-                                            hf_config=LabelConfig(2, {0: "no", 1: "yes"}))
+                                            hf_config=LabelConfig(2, {0: "no", 1: "yes"}),
+                                            is_multimodal_model=False, multimodal_config=None)
         self.renderer = SimpleNamespace(tokenizer=PairTokenizer())
         self.data, self.error = data, error
 
