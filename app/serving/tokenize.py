@@ -44,7 +44,8 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
                                      request.media_io_kwargs)
         prompt = await engine.render_chat(messages, template,
-                                          RenderOptions(add_special_tokens=_or(request.add_special_tokens, False)))
+                                          RenderOptions(add_special_tokens=_or(request.add_special_tokens, False),
+                                                        skip_mm_cache=True))
     tokens = list(prompt.token_ids)
     return TokenizeResponse(count=len(tokens), max_model_len=engine.max_model_len, tokens=tokens,
                             token_strs=engine.token_pieces(tokens) if request.return_token_strs else None)

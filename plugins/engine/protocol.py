@@ -23,6 +23,9 @@ class Prompt(msgspec.Struct, frozen=True):
     token_ids: list[int]
     text: str | None
     engine_input: Any  # opaque to Choir: handed back to `Engine.generate`
+    # A prompt with images: how to render it again with its images' data in it, for an engine that lost them
+    # from its cache (the engine's business: vllm_engine.py)
+    rerender: Any = None
 
 
 class ChatTemplateOptions(msgspec.Struct, frozen=True):
@@ -44,6 +47,9 @@ class RenderOptions(msgspec.Struct, frozen=True):
     truncate_prompt_tokens: int | None = None  # keep this many tokens
     truncation_side: Literal["left", "right"] | None = None  # cut from here (None: the tokenizer's side)
     cache_salt: str | None = None  # salts the prefix cache's keys
+    # Not generated from (/tokenize): the engine's multimodal processor cache is left alone, so that it never
+    # takes the engine to hold images that were never sent to it (vLLM's /tokenize renders so too)
+    skip_mm_cache: bool = False
 
 
 class GenerateOptions(msgspec.Struct, frozen=True):

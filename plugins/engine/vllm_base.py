@@ -106,7 +106,8 @@ class VllmBase:
             if not media and sum(len(str(m.get("content") or "")) for m in messages) <= SMALL_PROMPT:
                 _, inputs = renderer.render_chat([messages], params, tok_params, prompt_extras=extras)
             else:  # images are loaded and processed off the event loop
-                _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras)
+                _, inputs = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras,
+                                                             skip_mm_cache=options.skip_mm_cache)
         except Exception as exc:
             refused = rejection(exc)
             if refused is None:
@@ -114,7 +115,18 @@ class VllmBase:
             what = ("The images cannot be processed for the model" if media
                     else "The messages cannot be rendered with the model's chat template")
             raise EngineRejected(f"{what}: {refused.message}", "messages") from exc
-        return prompt_of(inputs[0])
+        if not media:
+            return prompt_of(inputs[0])
+
+        async def rerender() -> Any:
+            """The engine input again, its images' data in it whatever vLLM's processor cache says."""
+            _, fresh = await renderer.render_chat_async([messages], params, tok_params, prompt_extras=extras,
+                                                        skip_mm_cache=True)
+            return fresh[0]
+
+        engine_input = inputs[0]
+        return Prompt(token_ids=list(engine_input["prompt_token_ids"]), text=engine_input.get("prompt"),
+                      engine_input=engine_input, rerender=rerender)
 
     def token_strings(self, token_ids: list[int]) -> list[str]:
         tokenizer = self._engine.renderer.tokenizer

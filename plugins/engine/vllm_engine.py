@@ -67,12 +67,25 @@ class VllmEngine(VllmBase):
                 if extra["lora_request"] is None:
                     raise EngineRejected(f"The model `{options.adapter}` was unloaded while this request waited for "
                                          "the engine: GET /v1/models lists those served.", "model", status=404)
+        engine_input = prompt.engine_input
         try:
-            # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
-            async with aclosing(self._engine.generate(prompt.engine_input, sampling_params, request_id,
-                                                      **extra)) as outputs:
-                async for output in outputs:
-                    yield output
+            while True:
+                lost = False
+                # aclosing: when our caller closes us, vLLM's generator must see it now (and abort).
+                async with aclosing(self._engine.generate(engine_input, sampling_params, request_id,
+                                                          **extra)) as outputs:
+                    async for output in outputs:
+                        if prompt.rerender is not None and engine_input is prompt.engine_input \
+                                and _images_lost(output):
+                            lost = True
+                            break
+                        yield output
+                if not lost:
+                    return
+                # vLLM's processor cache took the engine to hold this prompt's images, and it did not (they were
+                # rendered for a request never sent: a refused one, a count): the engine asks for them again, with
+                # their data, which a client of vLLM's own server must do itself (a 500 there). Once.
+                engine_input = await prompt.rerender()
         except EngineDeadError as exc:
             raise EngineDead(str(exc)) from exc
         except Exception as exc:
@@ -137,6 +150,14 @@ class VllmEngine(VllmBase):
                 await self._engine.remove_lora(request.lora_int_id)
             except EngineDeadError as exc:
                 raise EngineDead(str(exc)) from exc
+
+
+def _images_lost(output: Any) -> bool:
+    """vLLM's answer to a prompt whose images its engine's cache lacks: finished with `error`, nothing generated."""
+    if not output.finished or not output.outputs:
+        return False
+    completion = output.outputs[0]
+    return completion.finish_reason == "error" and not completion.token_ids
 
 
 def _worker_reason(exc: Exception) -> str:

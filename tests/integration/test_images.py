@@ -22,7 +22,7 @@ from tests.integration.server import ROOT, Server, free_port, healthy, start_ser
 pytestmark = pytest.mark.engine
 MODEL = "choir-tiny-vlm"
 IMAGE_TOKENS = 16  # (56 / 14)² patches, the class token dropped
-ENGINE_ARGS = '--limit-mm-per-prompt {"image":2}'
+ENGINE_ARGS = "--limit-mm-per-prompt.image 2"
 
 
 def png(color, size=(32, 24)) -> str:
@@ -116,6 +116,28 @@ def test_anthropic_image_block(vlm_server, vlm):
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == chat.usage.prompt_tokens
 
 
+def test_an_image_rendered_but_never_sent_is_sent_whole_later(vlm_server, vlm):
+    """vLLM's processor cache takes an image it processed to be in the engine. A count of tokens, or a request
+    refused once rendered (over the context), never reaches the engine: the next request with that image must still
+    be answered (the engine asks for the data, and Choir renders it again; vLLM's own server answers a 500)."""
+    sdk = anthropic.Anthropic(base_url=vlm_server.base_url, api_key="unused", max_retries=0, timeout=120)
+    green = png((30, 200, 60))
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": green.split(",")[1]}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is in the picture?"}, block]}]
+    counted = sdk.messages.count_tokens(model=MODEL, messages=messages)
+    message = sdk.messages.create(model=MODEL, max_tokens=4, messages=messages)
+    assert message.stop_reason == "max_tokens" and message.content[0].text
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == counted.input_tokens
+    grey = png((128, 128, 128))
+    with pytest.raises(openai.BadRequestError):  # rendered, then over the context (2048 tokens)
+        vlm.chat.completions.create(model=MODEL, messages=ask(grey, text="word " * 2100), max_tokens=2)
+    for stream in (False, True):
+        answer = vlm.chat.completions.create(model=MODEL, messages=ask(grey), max_tokens=3, stream=stream)
+        chunks = list(answer) if stream else [answer]
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finishes == ["length"]
+
+
 def test_bad_images_are_400s_naming_the_part_and_nothing_breaks(vlm, vlm_server):
     cases = [
         (ask(RED, BLUE, RED), "messages[0].content[3]", "At most 2 image(s)"),
@@ -172,7 +194,7 @@ def vllm_vlm(tmp_path_factory):
     from plugins.engine.vllm_args import engine_argv
 
     settings = Settings(model=str(BUNDLED_VLM_DIR), served_model_name=MODEL,
-                        engine_args=("--limit-mm-per-prompt", '{"image":2}'))
+                        engine_args=("--limit-mm-per-prompt.image", "2"))
     port, log = free_port(), tmp_path_factory.mktemp("vllm-vlm") / "vllm.log"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                *engine_argv(settings, on_cpu=current_platform.is_cpu()), "--trust-request-mm-kwargs",
