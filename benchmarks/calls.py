@@ -30,6 +30,11 @@ SCENARIOS = {
                                         "max_tokens": 16}),
     "messages stream": ("/v1/messages", {"model": "choir-tiny", "messages": [{"role": "user", "content": "hi"}],
                                          "max_tokens": 16, "stream": True}),
+    # a 4 × 4 PNG: the image checks' own calls (the scripted engine does not decode it)
+    "chat image whole": ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": (
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAADElEQVR4nGNgIB0AAAA0AAF2Xq7D"
+            "AAAAAElFTkSuQmCC")}}]}], "max_tokens": 16}),
 }
 
 

@@ -31,7 +31,7 @@ def create_null_app():
 
     tokens = int(os.environ.get("CHOIR_NULL_TOKENS", "16"))
     engine = FakeEngine(script=lambda prompt, params: ["a"] * tokens, served_model_names=("choir-tiny",),
-                        max_model_len=4096)
+                        max_model_len=4096, max_images=4)
     fake = fake_engine_factory(engine)
 
     @asynccontextmanager

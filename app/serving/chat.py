@@ -83,17 +83,22 @@ def _check_unsupported(request: ChatCompletionRequest, compat: OperationCompat) 
         raise bad_request("top_logprobs needs logprobs set to true.", "top_logprobs")
 
 
-def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], bool]:
+    """The messages for the chat template, and whether they hold images."""
     messages = without_none(msgspec.to_builtins(request.messages))
+    images = False
     for message in messages:
-        for part in message["content"] if isinstance(message.get("content"), list) else ():
-            if part["type"] == "image_url":  # vLLM ignores it (and warns, per request)
-                part["image_url"].pop("detail", None)
+        content = message.get("content")
+        if content.__class__ is list:
+            for part in content:
+                if part["type"] == "image_url":
+                    images = True
+                    part["image_url"].pop("detail", None)  # vLLM ignores it (and warns, per request)
         # templates read either name (vLLM's server gives them both)
         reasoning = message.get("reasoning", message.get("reasoning_content"))
         if reasoning is not None:
             message["reasoning"] = message["reasoning_content"] = reasoning
-    return messages
+    return messages, images
 
 
 def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
@@ -133,9 +138,10 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     if requested == 0:
         raise bad_request(f"{param} must be at least 1.", param)
     render = render_options(request, chat=True, max_model_len=engine.max_model_len, max_tokens=requested)
-    messages = _messages(request)
-    await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs, request.media_io_kwargs,
-                                 image_names)
+    messages, images = _messages(request)
+    if images or request.mm_processor_kwargs or request.media_io_kwargs:
+        await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
+                                     request.media_io_kwargs, image_names)
     prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`
     check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)

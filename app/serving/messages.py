@@ -105,8 +105,9 @@ def _conversation(request: MessagesInput) -> tuple[list[dict[str, Any]], bool, l
 def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]) -> list[dict[str, Any]]:
     """One turn's blocks as chat messages: a user's tool results come first, each a tool message; images (a tool
     result's, then the turn's own) join the user's message, their names appended to `images` in that order."""
-    parts: list[dict[str, Any]] = []  # the turn's text and images, in order
+    parts: list[Any] = []  # the turn's texts (str) and images (chat image parts), in order
     own_images: list[str] = []
+    before = len(images)
     results: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     reasoning: list[str] = []
@@ -119,15 +120,16 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
             allowed = ", ".join(f"`{name}`" for name in _BLOCKS[role])
             raise bad_request(f"A {role} message's content blocks are {allowed}, not `{kind}`.", f"{at}.type")
         if kind == "text":
-            parts.append({"type": "text", "text": _field(block, "text", str, at)})
+            parts.append(_field(block, "text", str, at))
         elif kind == "image":
             parts.append(_image(block, at))
             own_images.append(at)
         elif kind == "tool_result":
             text, result_images = _result(block, at)
             results.append({"role": "tool", "tool_call_id": _field(block, "tool_use_id", str, at), "content": text})
-            parts[:0] = [part for part, _ in result_images]  # before the turn's own content, as vLLM puts them
-            images += [name for _, name in result_images]
+            if result_images:  # before the turn's own content, as vLLM puts them
+                parts[:0] = [part for part, _ in result_images]
+                images += [name for _, name in result_images]
         elif kind == "tool_use":
             arguments = msgspec.json.encode(_field(block, "input", dict, at)).decode()
             calls.append({"id": _field(block, "id", str, at), "type": "function",
@@ -137,7 +139,8 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
     images += own_images
     messages = results
     if parts or calls or reasoning or not results:
-        message: dict[str, Any] = {"role": role, "content": _content(parts)}
+        content = _with_images(parts) if len(images) > before else "\n".join(parts)
+        message: dict[str, Any] = {"role": role, "content": content}
         if calls:
             message["tool_calls"] = calls
         if reasoning:
@@ -146,17 +149,15 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
     return messages
 
 
-def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """Text blocks joined by newlines; with images, the parts in order (adjacent text blocks joined alike)."""
-    if all(part["type"] == "text" for part in parts):
-        return "\n".join(part["text"] for part in parts)
-    merged: list[dict[str, Any]] = []
+def _with_images(parts: list[Any]) -> list[dict[str, Any]]:
+    """Texts and images as chat content parts, in order; adjacent texts joined by newlines, as without images."""
+    content: list[dict[str, Any]] = []
     for part in parts:
-        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
-            merged[-1] = {"type": "text", "text": merged[-1]["text"] + "\n" + part["text"]}
+        if isinstance(part, str) and content and content[-1]["type"] == "text":
+            content[-1] = {"type": "text", "text": content[-1]["text"] + "\n" + part}
         else:
-            merged.append(part)
-    return merged
+            content.append({"type": "text", "text": part} if isinstance(part, str) else part)
+    return content
 
 
 def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
