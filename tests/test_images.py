@@ -349,3 +349,28 @@ def test_the_first_bad_image_in_order_is_the_answer():
         asyncio.run(policy.load(parts, max_images=3))
     assert refusal.value.param == "b"
 
+
+
+def test_a_stored_conversation_keeps_its_images(store_url):
+    """previous_response_id: the earlier turn's image is rendered again with the history; input_items lists it."""
+    engine = FakeEngine(max_images=2, max_model_len=256)
+    app = create_app(Settings(served_model_name="fake-model", store_url=store_url),
+                     engine_factory=fake_engine_factory(engine))
+    with TestClient(app) as client:
+        first = client.post("/v1/responses", json={"model": "fake-model", "max_output_tokens": 2, "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Look"},
+                                         {"type": "input_image", "image_url": PNG}]}]}).json()
+        items = client.get(f"/v1/responses/{first['id']}/input_items").json()["data"]
+        assert items[0]["content"][1] == {"type": "input_image", "image_url": PNG}  # as the request sent it
+        second = client.post("/v1/responses", json={"model": "fake-model", "max_output_tokens": 2,
+                                                    "previous_response_id": first["id"], "input": "And now?"})
+        assert second.status_code == 200, second.text
+        history = engine.conversations[-1]
+        assert history[0]["content"] == [{"type": "text", "text": "Look"}, image()]
+        assert engine.calls[-1].prompt.text.count("<image>") == 1
+        # one image more than the model takes: the new one is named, the stored one is not to blame
+        over = client.post("/v1/responses", json={"model": "fake-model", "previous_response_id": first["id"],
+                                                  "input": [{"role": "user", "content": [
+                                                      {"type": "input_image", "image_url": PNG},
+                                                      {"type": "input_image", "image_url": PNG}]}]})
+        assert "At most 2 image(s)" in refused(over, "input[0].content[1]")
