@@ -15,6 +15,7 @@ import base64
 import io
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,13 @@ def data_url(raw: bytes, media_type: str = "image/png") -> str:
 
 def damaged(raw: bytes) -> bytes:
     return raw[:-20] + bytes(20)
+
+
+def truncated_jpeg() -> bytes:
+    """Its header whole, its scan cut: only decoding finds it out."""
+    out = io.BytesIO()
+    Image.frombytes("RGB", (256, 256), random.Random(5).randbytes(256 * 256 * 3)).save(out, "JPEG")
+    return out.getvalue()[: out.tell() * 4 // 5]
 
 
 # Each case its own colour: vLLM's processor cache (in both servers) keys images by their bytes.
@@ -95,6 +103,10 @@ CASES: list[tuple[str, str, list[Step], bool]] = [
     ("damaged", "PNG with its last 20 bytes zeroed", [(CHAT, chat(part(data_url(damaged(encode((1, 2, 3)))))))],
      False),
     ("bad-base64", "`data:image/png;base64,%%%`", [(CHAT, chat(part("data:image/png;base64,%%%")))], False),
+    ("upper-base64", "a PNG as `data:image/png;BASE64,…` (RFC 2397: case-insensitive)",
+     [(CHAT, chat(part(data_url(encode((7, 8, 9))).replace(";base64,", ";BASE64,"))))], False),
+    ("truncated-jpeg", "a noisy 256×256 JPEG cut to 80 % of its bytes",
+     [(CHAT, chat(part(data_url(truncated_jpeg(), "image/jpeg"))))], False),
     ("text-plain", "a real PNG as `data:text/plain;base64,…`",
      [(CHAT, chat(part(data_url(encode((4, 5, 6)), "text/plain"))))], False),
     ("http-url", "`http://127.0.0.1:9/cat.png` (nothing listens)", [(CHAT, chat(part("http://127.0.0.1:9/cat.png")))],

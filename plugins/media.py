@@ -11,13 +11,16 @@ its processor makes the image's tokens.
 import asyncio
 import base64
 import binascii
+import functools
 import io
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.errors import APIError, bad_request
+from core.errors import APIError, EngineRejected, bad_request
+from plugins.engine.protocol import IMAGES_UNPROCESSED, ChatTemplateOptions, Prompt, RenderOptions, Tokenizing
 
 # What a data URL may declare, and what the bytes may be (PIL's format names): OpenAI's and Anthropic's types.
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
@@ -44,6 +47,20 @@ def chat_images(messages: list[dict[str, Any]]) -> list[ImageRef]:
     return [ImageRef(part, f"messages[{i}].content[{j}]")
             for i, message in enumerate(messages) if isinstance(message.get("content"), list)
             for j, part in enumerate(message["content"]) if part.get("type") == "image_url"]
+
+
+async def render_images(engine: Tokenizing, messages: list[dict[str, Any]], template: ChatTemplateOptions,
+                        options: RenderOptions, names: Sequence[str]) -> Prompt:
+    """`engine.render_chat` for messages with images (`names`, checked by `MediaPolicy.prepare`). The renderer's
+    refusal of them (vLLM's loader: a truncated JPEG, ...) names none: with one image in the request and no
+    per-request kwargs to blame instead, it is that image."""
+    try:
+        return await engine.render_chat(messages, template, options)
+    except EngineRejected as exc:
+        kwargs = template.mm_processor_kwargs or template.media_io_kwargs
+        if len(names) != 1 or kwargs or not exc.message.startswith(IMAGES_UNPROCESSED):
+            raise
+        raise ImageRefused(exc.status, exc.message, names[0]) from exc
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -76,16 +93,17 @@ class MediaPolicy:
 
     async def prepare(self, messages: list[dict[str, Any]], max_images: int,
                       mm_processor_kwargs: dict[str, Any] | None = None, media_io_kwargs: dict[str, Any] | None = None,
-                      names: Sequence[str] | None = None) -> None:
+                      names: Sequence[str] | None = None) -> list[str]:
         """Chat messages' images checked (and fetched where allowed) before they are rendered, for a model that
-        takes `max_images` per prompt. `names`: where each image came from in another API's request (Responses',
-        Messages'), in the messages' order."""
+        takes `max_images` per prompt; their names. `names`: where each image came from in another API's request
+        (Responses', Messages'), in the messages' order."""
         self.check_kwargs(mm_processor_kwargs, media_io_kwargs)
         images = chat_images(messages)
         if names is not None:
             images = [ImageRef(image.part, name) for image, name in zip(images, names, strict=True)]
         if images:
             await self.load(images, max_images)
+        return [image.name for image in images]
 
     async def load(self, images: Sequence[ImageRef], max_images: int) -> None:
         """Check every image (all of them, at once); the first refused, in the request's order, is the answer."""
@@ -106,34 +124,41 @@ class MediaPolicy:
         if source is None or not isinstance(url, str):
             raise ImageRefused(400, "An image part needs `image_url.url`: a data URL or an http(s) URL.", image.name)
         if url[:5].lower() == "data:":
-            payload = self._data(url, image.name)
+            media_type, payload = self._data(url, image.name)
             async with self._gate:
                 await asyncio.to_thread(self._inspect, payload, image.name)
+            canonical = f"data:{media_type};base64,"
+            if not url.startswith(canonical):  # `DATA:`, `;BASE64`, `;charset=...`: vLLM's loader reads one form
+                source["url"] = canonical + payload
             return
         data = await self._fetch(url, image.name)
         async with self._gate:
-            media_type = await asyncio.to_thread(self._inspect, data, image.name)
-        # vLLM's renderer reads it from here: the URL is not fetched twice, nor from elsewhere
-        source["url"] = f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+            # vLLM's renderer reads it from here: the URL is not fetched twice, nor from elsewhere
+            source["url"] = await asyncio.to_thread(self._as_data_url, data, image.name)
 
-    def _data(self, url: str, name: str) -> str:
-        """A data URL's base64 payload, once its declared type and size are acceptable."""
+    def _data(self, url: str, name: str) -> tuple[str, str]:
+        """A data URL's media type and base64 payload, once the declared type and size are acceptable."""
         spec, comma, payload = url[5:].partition(",")
         media_type, _, encoding = spec.rpartition(";")
         media_type = media_type.partition(";")[0].strip().lower()
         if not comma or encoding.strip().lower() != "base64":
             raise ImageRefused(400, "An image data URL is base64: data:image/png;base64,<data>.", name)
-        if _ALIASES.get(media_type, media_type) not in MEDIA_TYPES:
+        media_type = _ALIASES.get(media_type, media_type)
+        if media_type not in MEDIA_TYPES:
             raise ImageRefused(400, f"`{media_type or '(none)'}` is not an image type this server reads: send "
                                     f"{', '.join(MEDIA_TYPES)}.", name)
         if len(payload) * 3 // 4 > self.max_bytes + 2:
             raise ImageRefused(400, self._too_large(len(payload) * 3 // 4), name)
-        return payload
+        return media_type, payload
 
     async def _fetch(self, url: str, name: str) -> bytes:
         import httpx
 
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - checks it: `:99999` would get as far as the socket (an OverflowError)
+        except ValueError as exc:  # `http://[::1`, `:99999`, `:bad`
+            raise ImageRefused(400, f"The image URL is not a valid URL: {exc}.", name) from None
         if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
             raise ImageRefused(400, "An image URL is a data URL (data:image/png;base64,...) or an http(s) URL.", name)
         if not self.domains:
@@ -145,7 +170,8 @@ class MediaPolicy:
                                     f"not from {parts.hostname}.", name)
         chunks, size = [], 0
         try:
-            async with asyncio.timeout(self.fetch_seconds), httpx.AsyncClient(follow_redirects=False) as client, \
+            async with asyncio.timeout(self.fetch_seconds), \
+                    httpx.AsyncClient(follow_redirects=False, verify=_tls(), timeout=self.fetch_seconds) as client, \
                     client.stream("GET", url) as response:
                 if response.status_code != 200:
                     raise ImageRefused(400, f"The image URL answered {response.status_code}, not 200 with an image "
@@ -160,9 +186,13 @@ class MediaPolicy:
                     chunks.append(chunk)
         except TimeoutError:
             raise ImageRefused(400, f"The image URL did not answer within {self.fetch_seconds:g} s.", name) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ImageRefused(400, f"The image URL could not be fetched: {type(exc).__name__}.", name) from None
         return b"".join(chunks)
+
+    def _as_data_url(self, data: bytes, name: str) -> str:
+        """A fetched image as a data URL, once it is one (in a thread: base64 of megabytes takes milliseconds)."""
+        return f"data:{self._inspect(data, name)};base64,{base64.b64encode(data).decode()}"
 
     def _inspect(self, data: str | bytes, name: str) -> str:
         """The image's media type, once its bytes are an image of a served type within the limits (in a thread:
@@ -196,3 +226,11 @@ class MediaPolicy:
     def _too_large(self, size: int, at_least: bool = False) -> str:
         has = f"at least {size}" if at_least else str(size)  # at least: where a fetch stopped reading
         return f"The image has {has} bytes, more than this server takes ({self.max_bytes}, CHOIR_MAX_IMAGE_BYTES)."
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every fetch: loading the CA bundle costs milliseconds, each client would pay it."""
+    import httpx
+
+    return httpx.create_ssl_context()

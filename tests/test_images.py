@@ -15,7 +15,9 @@ from litestar.testing import TestClient
 from PIL import Image
 
 from app.asgi import create_app
+from core.errors import EngineRejected
 from core.settings import Settings
+from plugins.engine.protocol import IMAGES_UNPROCESSED
 from plugins.media import ImageRef, ImageRefused, MediaPolicy
 from tests.fakes import FakeEngine, fake_engine_factory
 
@@ -374,3 +376,68 @@ def test_a_stored_conversation_keeps_its_images(store_url):
                                                       {"type": "input_image", "image_url": PNG},
                                                       {"type": "input_image", "image_url": PNG}]}]})
         assert "At most 2 image(s)" in refused(over, "input[0].content[1]")
+
+
+# Edge forms
+
+def test_a_data_url_reaches_the_renderer_in_the_one_form_vllm_reads(images):
+    client, engine = images
+    payload = base64.b64encode(png()).decode()
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(out, "JPEG")
+    jpeg = base64.b64encode(out.getvalue()).decode()
+    for sent, reaches in ((f"DATA:image/PNG;BASE64,{payload}", PNG),  # vLLM: NotImplementedError, a 500
+                          (f"data:image/png;charset=utf-8;base64,{payload}", PNG),
+                          (f"data:image/jpg;base64,{jpeg}", f"data:image/jpeg;base64,{jpeg}"),
+                          (PNG, PNG)):
+        assert client.post(CHAT, json={"messages": [user(image(sent))], "max_tokens": 1}).status_code == 200
+        assert engine.conversations[-1][0]["content"][1]["image_url"]["url"] == reaches
+
+
+def test_urls_that_cannot_be_fetched_are_named(image_host):
+    client, engine = vlm(media_domains=("127.0.0.1",))
+    with client:
+        for url in ("http://[::1/cat.png", "http://127.0.0.1:99999/cat.png", "http://127.0.0.1:1/cat.png",
+                    "http:///cat.png", "https://127.0.0.1:bad/cat.png"):
+            response = client.post(CHAT, json={"messages": [user(image(url))]})
+            assert response.status_code == 400, (url, response.text)
+            assert response.json()["error"]["param"] == "messages[0].content[1]", (url, response.text)
+        assert not engine.calls
+
+
+def test_several_tool_results_keep_their_images_in_order(images):
+    client, engine = images
+    red, blue = png(color=(255, 0, 0)), png(color=(0, 0, 255))
+
+    def result(call, data):
+        return {"type": "tool_result", "tool_use_id": call, "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(data).decode()}}]}
+
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [result("t1", red), result("t2", blue), {"type": "text", "text": "which?"},
+                                     {"type": "image", "source": {"type": "base64", "media_type": "image/bmp",
+                                                                  "data": "Qk0="}}]}]})
+    # the turn's own image is named where it is, though the results' images come before it
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("messages.0.content.3: "), response.text
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [result("t1", red), result("t2", blue), {"type": "text", "text": "which?"}]}]})
+    assert response.status_code == 200, response.text
+    user_turn = engine.conversations[-1][-1]["content"]
+    assert user_turn == [image(data_url(red)), image(data_url(blue)), {"type": "text", "text": "which?"}]
+
+
+def test_the_renderers_refusal_names_a_sole_image(images, monkeypatch):
+    """vLLM's loader refuses a truncated JPEG that PIL's header checks pass; it names no image."""
+    client, engine = images
+
+    async def refuse(messages, template, options=None):
+        raise EngineRejected(f"{IMAGES_UNPROCESSED}: Failed to load image: image file is truncated.", "messages")
+
+    monkeypatch.setattr(engine, "render_chat", refuse)
+    assert "truncated" in refused(client.post(CHAT, json={"messages": [user(image())]}), "messages[0].content[1]")
+    assert "truncated" in refused(client.post("/tokenize", json={"messages": [user(image())]}),
+                                  "messages[0].content[1]")
+    # two images: which one is not known
+    refused(client.post(CHAT, json={"messages": [user(image(), image())]}), "messages")

@@ -46,6 +46,7 @@ from plugins.engine.parsing import Parsers, RequestParsers
 from plugins.engine.protocol import ChatTemplateOptions
 from plugins.engine.sampling import Constraint, is_json
 from plugins.fanout import Choice, PromptRequest
+from plugins.media import render_images
 from plugins.pipeline import Pipeline
 
 
@@ -140,9 +141,11 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     render = render_options(request, chat=True, max_model_len=engine.max_model_len, max_tokens=requested)
     messages, images = _messages(request)
     if images or request.mm_processor_kwargs or request.media_io_kwargs:
-        await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
-                                     request.media_io_kwargs, image_names)
-    prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`
+        names = await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
+                                             request.media_io_kwargs, image_names)
+        prompt = await render_images(engine, messages, template, render, names)
+    else:
+        prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`
     check_prompt_fits(len(prompt.token_ids), engine.max_model_len, "messages")
     max_tokens = resolve_max_tokens(requested, len(prompt.token_ids), engine.max_model_len, param)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None

@@ -106,6 +106,7 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
     """One turn's blocks as chat messages: a user's tool results come first, each a tool message; images (a tool
     result's, then the turn's own) join the user's message, their names appended to `images` in that order."""
     parts: list[Any] = []  # the turn's texts (str) and images (chat image parts), in order
+    result_parts: list[Any] = []  # the tool results' images, in order: before the turn's own content
     own_images: list[str] = []
     before = len(images)
     results: list[dict[str, Any]] = []
@@ -127,9 +128,8 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
         elif kind == "tool_result":
             text, result_images = _result(block, at)
             results.append({"role": "tool", "tool_call_id": _field(block, "tool_use_id", str, at), "content": text})
-            if result_images:  # before the turn's own content, as vLLM puts them
-                parts[:0] = [part for part, _ in result_images]
-                images += [name for _, name in result_images]
+            result_parts += [part for part, _ in result_images]
+            images += [name for _, name in result_images]
         elif kind == "tool_use":
             arguments = msgspec.json.encode(_field(block, "input", dict, at)).decode()
             calls.append({"id": _field(block, "id", str, at), "type": "function",
@@ -137,6 +137,8 @@ def _turn(role: str, blocks: list[dict[str, Any]], where: str, images: list[str]
         elif kind == "thinking":
             reasoning.append(_field(block, "thinking", str, at))  # its signature is not checked
     images += own_images
+    if result_parts:
+        parts = result_parts + parts
     messages = results
     if parts or calls or reasoning or not results:
         content = _with_images(parts) if len(images) > before else "\n".join(parts)

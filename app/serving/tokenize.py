@@ -15,6 +15,7 @@ from core.errors import bad_request
 from core.protocol import without_none
 from core.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from plugins.engine.protocol import ChatTemplateOptions, RenderOptions
+from plugins.media import render_images
 from plugins.pipeline import Pipeline
 
 
@@ -41,11 +42,11 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         pipeline.compat.check_roles([message.role for message in request.messages])
         messages = without_none(msgspec.to_builtins(request.messages))
         # an image counts the tokens the model's processor gives it, as in a chat request
-        await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
-                                     request.media_io_kwargs)
-        prompt = await engine.render_chat(messages, template,
-                                          RenderOptions(add_special_tokens=_or(request.add_special_tokens, False),
-                                                        skip_mm_cache=True))
+        names = await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
+                                             request.media_io_kwargs)
+        prompt = await render_images(engine, messages, template,
+                                     RenderOptions(add_special_tokens=_or(request.add_special_tokens, False),
+                                                   skip_mm_cache=True), names)
     tokens = list(prompt.token_ids)
     return TokenizeResponse(count=len(tokens), max_model_len=engine.max_model_len, tokens=tokens,
                             token_strs=engine.token_pieces(tokens) if request.return_token_strs else None)

@@ -28,6 +28,10 @@ class Prompt(msgspec.Struct, frozen=True):
     rerender: Any = None
 
 
+# How an engine's refusal of a prompt's images begins (its loader or processor refused them, naming none)
+IMAGES_UNPROCESSED = "The images cannot be processed for the model"
+
+
 class ChatTemplateOptions(msgspec.Struct, frozen=True):
     """How messages are rendered (vLLM's ChatParams): the template's options, and for a request with images the
     per-request kwargs of vLLM's media loading and multimodal processor."""

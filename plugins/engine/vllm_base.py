@@ -8,6 +8,7 @@ from core.settings import SettingsError
 from plugins.engine.protocol import (
     CHAT_RENDER,
     COMPLETION_RENDER,
+    IMAGES_UNPROCESSED,
     ChatTemplateOptions,
     EngineRejected,
     Prompt,
@@ -112,8 +113,7 @@ class VllmBase:
             refused = rejection(exc)
             if refused is None:
                 raise
-            what = ("The images cannot be processed for the model" if media
-                    else "The messages cannot be rendered with the model's chat template")
+            what = IMAGES_UNPROCESSED if media else "The messages cannot be rendered with the model's chat template"
             raise EngineRejected(f"{what}: {refused.message}", "messages") from exc
         if not media:
             return prompt_of(inputs[0])
@@ -154,13 +154,11 @@ def _max_images(engine: Any) -> int:
     config = engine.model_config
     if not config.is_multimodal_model or config.multimodal_config is None:
         return 0
-    try:
-        supported = engine.renderer.get_mm_processor().info.get_supported_mm_limits()
+    try:  # --limit-mm-per-prompt, within what the model itself takes (vLLM's own bound)
+        allowed = engine.renderer.get_mm_processor().info.allowed_mm_limits
     except Exception:  # a processor that cannot say: vLLM's limit alone decides
-        supported = {"image": None}
-    if "image" not in supported:
-        return 0
-    return int(config.multimodal_config.get_limit_per_prompt("image"))
+        return int(config.multimodal_config.get_limit_per_prompt("image"))
+    return int(allowed.get("image", 0))
 
 
 def prompt_extras(options: RenderOptions) -> dict[str, Any] | None:
