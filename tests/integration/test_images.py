@@ -145,15 +145,28 @@ def test_bad_images_are_400s_naming_the_part_and_nothing_breaks(vlm, vlm_server)
          "not an image"),
         (ask("data:text/plain;base64,aGVsbG8="), "messages[0].content[1]", "not an image type"),
         (ask("https://example.com/cat.png"), "messages[0].content[1]", "not fetched"),
+        (ask("http://127.0.0.1:99999/cat.png"), "messages[0].content[1]", "not a valid URL"),
+        # its header whole, its scan cut: PIL's checks pass it, vLLM's loader refuses it when it decodes it
+        (ask(_truncated_jpeg()), "messages[0].content[1]", "truncated"),
     ]
     for messages, param, says in cases:
         with pytest.raises(openai.BadRequestError) as refused:
             vlm.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
         error = refused.value.body
         assert refused.value.status_code == 400 and error["param"] == param and says in error["message"], error
-    # the server still answers, images and all
+    # the server still answers, images and all, a data URL spelt `;BASE64` too (a 500 on vLLM's server)
     assert vlm.chat.completions.create(model=MODEL, messages=ask(RED), max_tokens=2).choices[0].message.content
+    upper = vlm.chat.completions.create(model=MODEL, messages=ask(BLUE.replace(";base64,", ";BASE64,")),
+                                        max_tokens=2, temperature=0)
+    assert upper.usage.prompt_tokens == vlm.chat.completions.create(model=MODEL, messages=ask(BLUE), max_tokens=2,
+                                                                    temperature=0).usage.prompt_tokens
     assert httpx.get(f"{vlm_server.base_url}/health").status_code == 200
+
+
+def _truncated_jpeg() -> str:
+    out = io.BytesIO()
+    Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3)).save(out, "JPEG")
+    return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()[: out.tell() * 4 // 5]).decode()
 
 
 def test_large_images_do_not_hold_up_other_requests(vlm):
