@@ -11,21 +11,16 @@ collapsed), whether `ping` comes and whether every event has an `event:` line. T
     .venv/bin/python -m conformance.anthropic [--out FILE]
 """
 
-import argparse
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 
 from benchmarks.frontends import engine_flags
-from tests.integration.server import ROOT, Server, free_port, healthy, start_server
+from conformance import side_by_side
+from tests.integration.server import Server, start_server
 
 KEY = "k"
 MODEL = "choir-tiny"
@@ -118,13 +113,8 @@ CASES: list[tuple[str, str, str, dict | str, dict | None]] = [
 
 
 def start_vllm(log: Path) -> Server:
-    port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *engine_flags(),
-               "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-               "--api-key", KEY, "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    return healthy(Server(process, f"http://127.0.0.1:{port}", log))
+    return side_by_side.start_vllm(log, [*engine_flags(), "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
+                                         "--tool-call-parser", "hermes", "--api-key", KEY])
 
 
 def start_choir(log: Path) -> Server:
@@ -264,31 +254,15 @@ def run_cases(server: Server) -> dict[str, tuple[str, dict]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="also write the table here")
-    args = parser.parse_args()
-    logs = Path(tempfile.mkdtemp(prefix="anthropic-side-by-side-"))
-    began = time.monotonic()
-    results = {}
-    for name, start in (("Choir", start_choir), ("vLLM", start_vllm)):  # one at a time: two CPU engines
-        print(f"starting {name} (log in {logs})", file=sys.stderr)
-        server = start(logs / f"{name.lower()}.log")
-        try:
-            results[name] = run_cases(server)
-        finally:
-            server.stop()
-    lines = ["| case | request | Choir | vLLM 0.32 |", "|---|---|---|---|"]
-    lines += [f"| {name} | {asked} | {results['Choir'][name][0]} | {results['vLLM'][name][0]} |"
-              for name, asked, *_ in CASES]
+    out = side_by_side.out_path(__doc__.splitlines()[0])
+    results, seconds = side_by_side.compare("anthropic", start_choir, start_vllm, run_cases)
+    lines = side_by_side.table(CASES, results, cell=lambda result: result[0])
     lines += ["", "Every request: model choir-tiny, temperature 0, max_tokens 16, thinking disabled, "
               "`Authorization: Bearer k`, unless the row says otherwise. Events: " + ", ".join(
                   f"{short} = {long}" for long, short in SHORT.items()) + "; ×n: n in a row.",
               f"Both on the bundled model with `{' '.join(engine_flags()[2:])}`; "
-              f"{time.monotonic() - began:.0f} s in all."]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.out:
-        args.out.write_text(table)
+              f"{seconds:.0f} s in all."]
+    side_by_side.publish(lines, out)
 
 
 if __name__ == "__main__":

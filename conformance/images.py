@@ -10,15 +10,10 @@ trusts per-request mm kwargs, and Choir fetches no image URLs (its defaults).
     .venv/bin/python -m conformance.images [--out FILE]
 """
 
-import argparse
 import base64
 import io
 import json
-import os
 import random
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +21,9 @@ from typing import Any
 import httpx
 from PIL import Image
 
+from conformance import side_by_side
 from core.settings import BUNDLED_VLM_DIR, Settings
-from tests.integration.server import ROOT, Server, free_port, healthy, start_server
+from tests.integration.server import Server, start_server
 
 MODEL = "choir-tiny-vlm"
 ENGINE_ARGS = ("--limit-mm-per-prompt.image", "2")
@@ -157,12 +153,7 @@ def engine_flags() -> list[str]:
 
 
 def start_vllm(log: Path) -> Server:
-    port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *engine_flags(),
-               "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    return healthy(Server(process, f"http://127.0.0.1:{port}", log))
+    return side_by_side.start_vllm(log, engine_flags())
 
 
 def start_choir(log: Path) -> Server:
@@ -245,30 +236,14 @@ def run_cases(server: Server) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="also write the table here")
-    args = parser.parse_args()
-    logs = Path(tempfile.mkdtemp(prefix="images-side-by-side-"))
-    began = time.monotonic()
-    results = {}
-    for name, start in (("Choir", start_choir), ("vLLM", start_vllm)):  # one at a time: two CPU engines
-        print(f"starting {name} (log in {logs})", file=sys.stderr)
-        server = start(logs / f"{name.lower()}.log")
-        try:
-            results[name] = run_cases(server)
-        finally:
-            server.stop()
-    lines = ["| case | request | Choir | vLLM 0.32 |", "|---|---|---|---|"]
-    lines += [f"| {name} | {asked} | {results['Choir'][name]} | {results['vLLM'][name]} |"
-              for name, asked, *_ in CASES]
+    out = side_by_side.out_path(__doc__.splitlines()[0])
+    results, seconds = side_by_side.compare("images", start_choir, start_vllm, run_cases)
+    lines = side_by_side.table(CASES, results)
     lines += ["", f"Every request: model {MODEL}, text {ASK!r} then the image(s), temperature 0, max_tokens 6, unless "
               "the row says otherwise. Both on the bundled VLM (16 tokens an image) with "
               f"`{' '.join(engine_flags()[2:])}`; Choir with its defaults (no image fetching, 40 MP, 10 MiB an image, "
-              f"16 MiB a body); {time.monotonic() - began:.0f} s in all."]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.out:
-        args.out.write_text(table)
+              f"16 MiB a body); {seconds:.0f} s in all."]
+    side_by_side.publish(lines, out)
 
 
 if __name__ == "__main__":

