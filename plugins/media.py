@@ -24,7 +24,8 @@ from plugins.engine.protocol import IMAGES_UNPROCESSED, ChatTemplateOptions, Pro
 
 # What a data URL may declare, and what the bytes may be (PIL's format names): OpenAI's and Anthropic's types.
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
-_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif",
+            "MPO": "image/jpeg"}  # a JPEG with more pictures after the first (phone cameras'): PIL names it MPO
 _ALIASES = {"image/jpg": "image/jpeg"}
 TEXT_ONLY = ("The served model reads text only: it takes no images. Serve a vision-language model to send them "
              "(README: Models).")

@@ -101,6 +101,11 @@ def test_several_images_and_jpeg_webp_gif(images):
         Image.new("RGB", (8, 8)).save(out, kind)
         url = data_url(out.getvalue(), f"image/{kind.lower()}")
         assert client.post(CHAT, json={"messages": [user(image(url))], "max_tokens": 1}).status_code == 200
+    out = io.BytesIO()  # a phone camera's JPEG: a second picture after the first (PIL says MPO)
+    Image.new("RGB", (8, 8)).save(out, "MPO", save_all=True, append_images=[Image.new("RGB", (4, 4))])
+    assert out.getvalue()[:3] == b"\xff\xd8\xff"
+    url = data_url(out.getvalue(), "image/jpeg")
+    assert client.post(CHAT, json={"messages": [user(image(url))], "max_tokens": 1}).status_code == 200
 
 
 def test_tokenize_counts_what_a_chat_request_sends(images):
@@ -441,3 +446,52 @@ def test_the_renderers_refusal_names_a_sole_image(images, monkeypatch):
                                   "messages[0].content[1]")
     # two images: which one is not known
     refused(client.post(CHAT, json={"messages": [user(image(), image())]}), "messages")
+
+
+def test_a_template_refusal_is_not_the_images(images, monkeypatch):
+    """The chat template's refusal of a request with one image stays the messages' (and Anthropic's inline system
+    turns are folded and tried again, as without images)."""
+    client, engine = images
+    render = engine.render_chat
+    refusals = []
+
+    async def strict(messages, template, options=None):
+        if any(m["role"] == "system" for m in messages[1:]):  # a template that takes a system message only first
+            refusals.append(messages)
+            raise EngineRejected("The messages cannot be rendered with the model's chat template: System message "
+                                 "must be first.", "messages")
+        return await render(messages, template, options)
+
+    monkeypatch.setattr(engine, "render_chat", strict)
+    inline_system = [user(image()), {"role": "system", "content": "Be brief."}]
+    assert "must be first" in refused(client.post(CHAT, json={"messages": inline_system}), "messages")
+    data = base64.b64encode(png()).decode()
+    response = client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": data}}]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "and now?"}]})
+    assert response.status_code == 200, response.text
+    assert len(refusals) == 2 and engine.conversations[-1][0]["role"] == "system"  # folded, then rendered
+
+
+def _raise_from(filename: str):
+    namespace: dict = {}
+    exec(compile("def load():\n    raise ValueError('Failed to load image: truncated')\n", filename, "exec"), namespace)
+    try:
+        namespace["load"]()
+    except ValueError as exc:
+        return exc
+
+
+def test_only_errors_from_vllms_media_code_are_the_images():
+    from plugins.engine.vllm_base import _raised_in_media_code
+
+    loader = _raise_from("/site-packages/vllm/multimodal/media/image.py")
+    template = _raise_from("/site-packages/vllm/renderers/hf.py")
+    assert _raised_in_media_code(loader) and not _raised_in_media_code(template)
+    try:  # vLLM wraps it: the chain is followed
+        raise ValueError("wrapped") from loader
+    except ValueError as wrapped:
+        assert _raised_in_media_code(wrapped)

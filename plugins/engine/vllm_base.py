@@ -2,6 +2,7 @@
 the AsyncLLM they wrap, how prompts and conversations are tokenized (/tokenize serves both kinds), and the
 engine's liveness and request counts."""
 
+import os
 from typing import Any
 
 from core.settings import SettingsError
@@ -15,6 +16,9 @@ from plugins.engine.protocol import (
     RenderOptions,
 )
 from plugins.engine.vllm_errors import rejection, reraise
+
+# Where vLLM loads and processes images: an error raised there is the images' fault
+MEDIA_CODE = os.path.join("vllm", "multimodal", "")
 
 # vLLM renders and tokenizes in a thread pool. For a short prompt the hand-over costs more than the
 # work: py-spy (--gil) put 15 % of the front end's samples in ThreadPoolExecutor.submit at 160 req/s.
@@ -113,7 +117,8 @@ class VllmBase:
             refused = rejection(exc)
             if refused is None:
                 raise
-            what = IMAGES_UNPROCESSED if media else "The messages cannot be rendered with the model's chat template"
+            what = (IMAGES_UNPROCESSED if media and _raised_in_media_code(exc)
+                    else "The messages cannot be rendered with the model's chat template")
             raise EngineRejected(f"{what}: {refused.message}", "messages") from exc
         if not media:
             return prompt_of(inputs[0])
@@ -159,6 +164,22 @@ def _max_images(engine: Any) -> int:
     except Exception:  # a processor that cannot say: vLLM's limit alone decides
         return int(config.multimodal_config.get_limit_per_prompt("image"))
     return int(allowed.get("image", 0))
+
+
+def _raised_in_media_code(exc: BaseException) -> bool:
+    """Whether vLLM's image loading or multimodal processing refused the prompt (a truncated JPEG, ...), not its
+    chat template or its kwargs: some frame of the error's chain is in `vllm/multimodal/`."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frame = current.__traceback__
+        while frame is not None:
+            if MEDIA_CODE in frame.tb_frame.f_code.co_filename:
+                return True
+            frame = frame.tb_next
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def prompt_extras(options: RenderOptions) -> dict[str, Any] | None:
