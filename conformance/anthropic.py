@@ -20,7 +20,7 @@ import httpx
 
 from benchmarks.frontends import engine_flags
 from conformance import side_by_side
-from tests.integration.server import Server, start_server
+from tests.integration.server import Server, start_server, start_vllm_server
 
 KEY = "k"
 MODEL = "choir-tiny"
@@ -113,8 +113,8 @@ CASES: list[tuple[str, str, str, dict | str, dict | None]] = [
 
 
 def start_vllm(log: Path) -> Server:
-    return side_by_side.start_vllm(log, [*engine_flags(), "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-                                         "--tool-call-parser", "hermes", "--api-key", KEY])
+    return start_vllm_server(log, [*engine_flags(), "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
+                                   "--tool-call-parser", "hermes", "--api-key", KEY])
 
 
 def start_choir(log: Path) -> Server:

@@ -23,7 +23,7 @@ from PIL import Image
 
 from conformance import side_by_side
 from core.settings import BUNDLED_VLM_DIR, Settings
-from tests.integration.server import Server, start_server
+from tests.integration.server import Server, start_server, start_vllm_server
 
 MODEL = "choir-tiny-vlm"
 ENGINE_ARGS = ("--limit-mm-per-prompt.image", "2")
@@ -153,7 +153,7 @@ def engine_flags() -> list[str]:
 
 
 def start_vllm(log: Path) -> Server:
-    return side_by_side.start_vllm(log, engine_flags())
+    return start_vllm_server(log, engine_flags())
 
 
 def start_choir(log: Path) -> Server:

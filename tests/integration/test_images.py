@@ -6,8 +6,6 @@ same model and flags (the same tokens for the same seed, the same /tokenize). Th
 import base64
 import io
 import os
-import subprocess
-import sys
 import threading
 
 import anthropic
@@ -17,7 +15,7 @@ import pytest
 from PIL import Image
 
 from core.settings import BUNDLED_VLM_DIR, Settings
-from tests.integration.server import ROOT, Server, free_port, healthy, start_server
+from tests.integration.server import Server, start_server, start_vllm_server
 
 pytestmark = pytest.mark.engine
 MODEL = "choir-tiny-vlm"
@@ -208,13 +206,8 @@ def vllm_vlm(tmp_path_factory):
 
     settings = Settings(model=str(BUNDLED_VLM_DIR), served_model_name=MODEL,
                         engine_args=("--limit-mm-per-prompt.image", "2"))
-    port, log = free_port(), tmp_path_factory.mktemp("vllm-vlm") / "vllm.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               *engine_argv(settings, on_cpu=current_platform.is_cpu()), "--trust-request-mm-kwargs",
-               "--host", "127.0.0.1", "--port", str(port), "--uvicorn-log-level", "warning"]
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    server = healthy(Server(process, f"http://127.0.0.1:{port}", log))
+    server = start_vllm_server(tmp_path_factory.mktemp("vllm-vlm") / "vllm.log",
+                               [*engine_argv(settings, on_cpu=current_platform.is_cpu()), "--trust-request-mm-kwargs"])
     yield server
     server.stop()
 
