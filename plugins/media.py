@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.errors import APIError, EngineRejected, bad_request
-from plugins.engine.protocol import IMAGES_UNPROCESSED, ChatTemplateOptions, Prompt, RenderOptions, Tokenizing
+from core.errors import APIError, bad_request
+from plugins.engine.protocol import ChatTemplateOptions, ImagesRejected, Prompt, RenderOptions, Tokenizing
 
 # What a data URL may declare, and what the bytes may be (PIL's format names): OpenAI's and Anthropic's types.
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
@@ -57,9 +57,8 @@ async def render_images(engine: Tokenizing, messages: list[dict[str, Any]], temp
     per-request kwargs to blame instead, it is that image."""
     try:
         return await engine.render_chat(messages, template, options)
-    except EngineRejected as exc:
-        kwargs = template.mm_processor_kwargs or template.media_io_kwargs
-        if len(names) != 1 or kwargs or not exc.message.startswith(IMAGES_UNPROCESSED):
+    except ImagesRejected as exc:
+        if len(names) != 1 or template.mm_processor_kwargs or template.media_io_kwargs:
             raise
         raise ImageRefused(exc.status, exc.message, names[0]) from exc
 

@@ -17,7 +17,7 @@ from PIL import Image
 from app.asgi import create_app
 from core.errors import EngineRejected
 from core.settings import Settings
-from plugins.engine.protocol import IMAGES_UNPROCESSED
+from plugins.engine.protocol import ImagesRejected
 from plugins.media import ImageRef, ImageRefused, MediaPolicy
 from tests.fakes import FakeEngine, fake_engine_factory
 
@@ -438,7 +438,8 @@ def test_the_renderers_refusal_names_a_sole_image(images, monkeypatch):
     client, engine = images
 
     async def refuse(messages, template, options=None):
-        raise EngineRejected(f"{IMAGES_UNPROCESSED}: Failed to load image: image file is truncated.", "messages")
+        raise ImagesRejected("The images cannot be processed for the model: Failed to load image: image file is "
+                             "truncated.", "messages")
 
     monkeypatch.setattr(engine, "render_chat", refuse)
     assert "truncated" in refused(client.post(CHAT, json={"messages": [user(image())]}), "messages[0].content[1]")

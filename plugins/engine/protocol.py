@@ -28,8 +28,8 @@ class Prompt(msgspec.Struct, frozen=True):
     rerender: Any = None
 
 
-# How an engine's refusal of a prompt's images begins (its loader or processor refused them, naming none)
-IMAGES_UNPROCESSED = "The images cannot be processed for the model"
+class ImagesRejected(EngineRejected):
+    """The engine's image loading or multimodal processing refused a prompt's images (naming none)."""
 
 
 class ChatTemplateOptions(msgspec.Struct, frozen=True):

@@ -9,9 +9,9 @@ from core.settings import SettingsError
 from plugins.engine.protocol import (
     CHAT_RENDER,
     COMPLETION_RENDER,
-    IMAGES_UNPROCESSED,
     ChatTemplateOptions,
     EngineRejected,
+    ImagesRejected,
     Prompt,
     RenderOptions,
 )
@@ -117,9 +117,11 @@ class VllmBase:
             refused = rejection(exc)
             if refused is None:
                 raise
-            what = (IMAGES_UNPROCESSED if media and _raised_in_media_code(exc)
-                    else "The messages cannot be rendered with the model's chat template")
-            raise EngineRejected(f"{what}: {refused.message}", "messages") from exc
+            if media and _raised_in_media_code(exc):
+                raise ImagesRejected(f"The images cannot be processed for the model: {refused.message}",
+                                     "messages") from exc
+            raise EngineRejected(f"The messages cannot be rendered with the model's chat template: "
+                                 f"{refused.message}", "messages") from exc
         if not media:
             return prompt_of(inputs[0])
 
