@@ -37,10 +37,10 @@ endif
 	touch $(STAMP)
 
 model: $(STAMP)
-	@$(BIN)/python -m app.tiny_model --out $(MODEL_DIR)
+	@$(BIN)/choir-tiny-models --out $(MODEL_DIR)
 
 serve: install
-	$(BIN)/choir-serve --host $(HOST) --port $(PORT)
+	$(BIN)/choir serve --host $(HOST) --port $(PORT)
 
 # The store's tests run on SQLite and on a throwaway PostgreSQL cluster that they start themselves (tests/databases.py):
 # Debian's server binaries, installed here if missing (as root, or through sudo); no system service is started for them.
@@ -66,7 +66,7 @@ claude-code:
 	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && $(CLAUDE_CODE) --version; }
 
 test: install postgres claude-code
-	$(BIN)/ruff check app core plugins tests benchmarks conformance
+	$(BIN)/ruff check choir tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_CLAUDE_CODE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)

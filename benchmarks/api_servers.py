@@ -1,4 +1,4 @@
-"""Several API processes over one engine: Choir with CHOIR_API_SERVERS=N (`python -m app.serve`) against
+"""Several API processes over one engine: Choir with CHOIR_API_SERVERS=N (`python -m choir.cli.serve`) against
 vLLM's server with `--api-server-count N`, for each N (`python -m benchmarks.frontends --api-servers 1 2`).
 
 The front end is every process of the server's tree except the engine side: the engine core(s)
@@ -52,7 +52,7 @@ def start(name: str, n: int, log: Path) -> frontends.Server:
         "VLLM_CPU_KVCACHE_SPACE", "1"), "CHOIR_LOG_LEVEL": "warning"}
     if name == "choir":
         env["CHOIR_API_SERVERS"] = str(n)
-        command = [sys.executable, "-m", "app.serve", "--host", "127.0.0.1", "--port", str(port)]
+        command = [sys.executable, "-m", "choir.cli.serve", "--host", "127.0.0.1", "--port", str(port)]
     elif name == "vllm":
         command = [sys.executable, "-c", VLLM_SERVE, *frontends.engine_flags(), "--api-server-count", str(n),
                    "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log",

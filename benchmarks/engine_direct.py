@@ -7,11 +7,11 @@ import os
 import time
 
 from benchmarks.load import MESSAGES, PROMPT, Scenario, summary
-from core.settings import Settings
-from plugins.engine.protocol import ChatTemplateOptions
-from plugins.engine.vllm_args import parse_engine_args
-from plugins.engine.vllm_engine import VllmEngine
-from plugins.engine.vllm_start import ENGINE_ENVIRONMENT, settle_after_startup
+from choir.core.settings import Settings
+from choir.engine.protocol import ChatTemplateOptions
+from choir.engine.vllm.args import parse_engine_args
+from choir.engine.vllm.engine import VllmEngine
+from choir.engine.vllm.start import ENGINE_ENVIRONMENT, settle_after_startup
 
 
 async def _scenario(engine: VllmEngine, scenario: Scenario) -> dict:

@@ -15,13 +15,13 @@ import os
 import time
 from statistics import median
 
-from core.settings import Settings
-from plugins.aggregation import Aggregator
-from plugins.engine.sampling import Sampling
-from plugins.engine.vllm_args import parse_engine_args
-from plugins.engine.vllm_engine import VllmEngine
-from plugins.engine.vllm_start import ENGINE_ENVIRONMENT, settle_after_startup
-from plugins.fanout import FanOut, PromptRequest
+from choir.core.settings import Settings
+from choir.engine.sampling import Sampling
+from choir.engine.vllm.args import parse_engine_args
+from choir.engine.vllm.engine import VllmEngine
+from choir.engine.vllm.start import ENGINE_ENVIRONMENT, settle_after_startup
+from choir.plugins.aggregation import Aggregator
+from choir.plugins.fanout import FanOut, PromptRequest
 
 PROMPT = [1, *range(40, 72)]  # 33 tokens
 

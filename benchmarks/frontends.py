@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.load import Scenario, run_scenario
-from core.settings import Settings
+from choir.core.settings import Settings
 from tests.integration.server import ROOT, free_port, wait_until_healthy
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -55,7 +55,7 @@ def engine_flags() -> list[str]:
     """The engine flags Choir gives the bundled model on this machine, in `vllm serve` syntax."""
     from vllm.platforms import current_platform
 
-    from plugins.engine.vllm_args import engine_argv
+    from choir.engine.vllm.args import engine_argv
 
     return engine_argv(Settings(), on_cpu=current_platform.is_cpu())
 
@@ -76,7 +76,7 @@ def _start(name: str, log: Path) -> Server:
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
         "VLLM_CPU_KVCACHE_SPACE", "1"), "CHOIR_LOG_LEVEL": "warning"}
     if name == "choir":
-        command = [sys.executable, "-m", "litestar", "--app", "app.asgi:create_app", "run", "--host", "127.0.0.1",
+        command = [sys.executable, "-m", "litestar", "--app", "choir.app.asgi:create_app", "run", "--host", "127.0.0.1",
                    "--port", str(port)]
     elif name == "vllm":  # vLLM's own Python server, with the very flags Choir gives the engine
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *engine_flags(), "--host",

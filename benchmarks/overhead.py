@@ -25,8 +25,8 @@ from tests.integration.server import ROOT, free_port, wait_until_healthy
 
 def create_null_app():
     """The app over a scripted engine that answers every request with `CHOIR_NULL_TOKENS` one-character tokens."""
-    from app.asgi import create_app
-    from core.settings import Settings
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
     from tests.fakes import FakeEngine, fake_engine_factory
 
     tokens = int(os.environ.get("CHOIR_NULL_TOKENS", "16"))
@@ -35,10 +35,10 @@ def create_null_app():
     fake = fake_engine_factory(engine)
 
     @asynccontextmanager
-    async def factory(settings, model=None):  # the engine factory of a role (plugins/engine/config.py)
+    async def factory(settings, model=None):  # the engine factory of a role (choir/plugins/engine/config.py)
         async with fake(settings) as started:
             gc.collect()
-            gc.freeze()  # as the real engine's start-up does (plugins/engine/vllm_engine.py)
+            gc.freeze()  # as the real engine's start-up does (choir/engine/vllm/engine.py)
             yield started
 
     return create_app(Settings(served_model_name="choir-tiny", log_level="warning"), engine_factory=factory)

@@ -1,7 +1,7 @@
 """Where the children of an `n > 1` request run under data parallelism: CHOIR_FANOUT_PLACEMENT=spread (vLLM's
 balancer places each child) against pinned (all children of one request on one rank, the ranks in turn).
 
-Choir (`python -m app.serve`) with CHOIR_ENGINE_ARGS="--data-parallel-size 2" (two engine cores, each bound to
+Choir (`python -m choir.cli.serve`) with CHOIR_ENGINE_ARGS="--data-parallel-size 2" (two engine cores, each bound to
 a CPU core of its own) serves n = 4 completions (not streamed) in two workloads:
 
 - long-prompt: ~1500 prompt tokens of the bundled model (max-model-len 2048), 8 output tokens: prefill-bound.
@@ -31,7 +31,7 @@ import httpx
 from benchmarks.api_servers import frontend_processes
 from benchmarks.frontends import _cpu_seconds
 from benchmarks.load import PROMPT, Scenario, run_scenario
-from core.settings import BUNDLED_MODEL_DIR
+from choir.core.settings import BUNDLED_MODEL_DIR
 from tests.integration.server import ROOT, Server, start_server
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -28,7 +28,7 @@ def _frame_name(frame: str) -> str:
 
 
 def _package(frame: str) -> str:
-    # py-spy names a file by its package path ("uvicorn/protocols/http/...", "app/serving/...")
+    # py-spy names a file by its package path ("uvicorn/protocols/http/...", "choir/app/serving/...")
     path = frame.partition(" (")[2].rsplit(":", 1)[0]
     top = path.split("/")[0] if "/" in path else "stdlib"
     return "choir" if top in ("app", "plugins") else top

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 from PIL import Image
 
+from choir.core.settings import BUNDLED_VLM_DIR, Settings
 from conformance import side_by_side
-from core.settings import BUNDLED_VLM_DIR, Settings
 from tests.integration.server import Server, start_server, start_vllm_server
 
 MODEL = "choir-tiny-vlm"
@@ -147,7 +147,7 @@ def settings() -> Settings:
 def engine_flags() -> list[str]:
     from vllm.platforms import current_platform
 
-    from plugins.engine.vllm_args import engine_argv
+    from choir.engine.vllm.args import engine_argv
 
     return engine_argv(settings(), on_cpu=current_platform.is_cpu())
 

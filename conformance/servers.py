@@ -197,7 +197,7 @@ def translate(mode: str, settings: Settings, model: str, args: list[str], env_di
         "CHOIR_DRAIN_SECONDS": "5",
     })
     env.update(choir_env)
-    command = [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "uvicorn", "--factory", "choir.app.asgi:create_app", "--host", "127.0.0.1",
                "--no-access-log", *uvicorn_flags]
     return ServerConfig(mode, tuple(command), tuple(sorted(env.items())), tuple(notes))
 

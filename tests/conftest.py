@@ -3,8 +3,8 @@ import os
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import Settings
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
 from tests.databases import postgres, store_url  # noqa: F401 - the store's databases, for every test
 from tests.fakes import FakeEngine, fake_engine_factory
 

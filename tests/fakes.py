@@ -2,7 +2,7 @@
 
 Tokens are characters (token id = code point + 3; 0..2 are bos/eos/pad), so prompts and
 outputs are easy to predict. The generation fake takes Choir's `Sampling` through the real adapter
-(plugins/engine/vllm_sampling.py), so vLLM's checks refuse what they refuse and each `Call` records the
+(choir/engine/vllm/sampling.py), so vLLM's checks refuse what they refuse and each `Call` records the
 SamplingParams vLLM would get; its outputs are plain dataclasses of the seam's output types.
 """
 
@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from plugins.engine.outputs import EngineOutput
-from plugins.engine.protocol import (
+from choir.engine.outputs import EngineOutput
+from choir.engine.protocol import (
     CHAT_RENDER,
     COMPLETION_RENDER,
     NO_OPTIONS,
@@ -23,9 +23,9 @@ from plugins.engine.protocol import (
     Prompt,
     RenderOptions,
 )
-from plugins.engine.sampling import Sampling
-from plugins.engine.vllm_parsers import VllmParsers
-from plugins.engine.vllm_sampling import SamplingAdapter
+from choir.engine.sampling import Sampling
+from choir.engine.vllm.parsers import VllmParsers
+from choir.engine.vllm.sampling import SamplingAdapter
 
 BOS = 0
 
@@ -191,7 +191,7 @@ class FakeEngine:
 
     async def load_adapter(self, name: str, path: str, load_inplace: bool = False, is_3d_lora_weight: bool = False,
                            base_model_name: str | None = None) -> None:
-        from plugins.engine.protocol import AdapterError
+        from choir.engine.protocol import AdapterError
 
         if name in self.served_model_names or (name in self.adapters and not load_inplace):
             raise AdapterError(f"The model name `{name}` is taken.", "name")
@@ -200,7 +200,7 @@ class FakeEngine:
         self.adapters[name] = path
 
     async def unload_adapter(self, name: str) -> None:
-        from plugins.engine.protocol import UnknownAdapter
+        from choir.engine.protocol import UnknownAdapter
 
         if self.adapters.pop(name, None) is None:
             raise UnknownAdapter(name)

@@ -1,4 +1,4 @@
-"""A copy of spec/ with some of its documents edited: for tests that change the spec, not the code."""
+"""A copy of choir/spec/ with some of its documents edited: for tests that change the spec, not the code."""
 
 import shutil
 from collections.abc import Callable
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from plugins.spec import SPEC_DIR
+from choir.plugins.spec import SPEC_DIR
 
 
 def spec_copy(tmp_path: Path, **edits: Callable[[dict], None]) -> Path:

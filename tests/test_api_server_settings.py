@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from core.settings import Settings, SettingsError
-from plugins.engine.vllm_args import engine_argv
+from choir.core.settings import Settings, SettingsError
+from choir.engine.vllm.args import engine_argv
 from tests.integration.server import ROOT
 
 
@@ -60,7 +60,7 @@ def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
                                            ({"CHOIR_ENGINE_ARGS": "--headless"}, "--headless needs `choir-serve`")])
 def test_one_process_runners_say_they_run_one(env, fragment):
     """uvicorn (or `litestar run`) builds the app in one process: N > 1 is the supervisor's job."""
-    result = _run(["-m", "uvicorn", "--factory", "app.asgi:create_app", "--port", "0"], env)
+    result = _run(["-m", "uvicorn", "--factory", "choir.app.asgi:create_app", "--port", "0"], env)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("choir:")]
     assert len(lines) == 1 and fragment in lines[0], result.stderr[-2000:]
@@ -78,7 +78,7 @@ def test_one_process_runners_say_they_run_one(env, fragment):
      "Non-MoE models do not support external data parallel mode"),
 ])
 def test_choir_serve_with_a_bad_setting_exits_with_one_line(env, fragment):
-    result = _run(["-m", "app.serve", "--port", "0"], env)
+    result = _run(["-m", "choir.cli.serve", "--port", "0"], env)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.startswith("choir:")]
     assert len(lines) == 1 and fragment in lines[0], result.stderr[-2000:]

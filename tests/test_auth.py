@@ -3,9 +3,9 @@
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import RoleModel, Settings
-from plugins.spec import load_spec
+from choir.app.asgi import create_app
+from choir.core.settings import RoleModel, Settings
+from choir.plugins.spec import load_spec
 from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
 KEYS = ("first-key", "second-key")

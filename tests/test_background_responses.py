@@ -8,8 +8,8 @@ import time
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import Settings
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.sse import sse_payloads
 
@@ -225,7 +225,7 @@ def test_an_unfinished_background_response_cannot_be_continued(store_url):
 
 def test_an_orphaned_background_response_is_reaped_as_failed(store_url):
     """Its process died (no heartbeat for STALE_SECONDS): a GET stores it as failed, a stream ends."""
-    from plugins.store.responses import STALE_SECONDS
+    from choir.plugins.store.responses import STALE_SECONDS
 
     client, _ = make_client(store_url)
     with client:
@@ -237,7 +237,7 @@ def test_an_orphaned_background_response_is_reaped_as_failed(store_url):
         async def age() -> None:
             from sqlalchemy import update
 
-            from plugins.store.models import StoredResponse
+            from choir.plugins.store.models import StoredResponse
 
             async with responses.session() as session:
                 await session.execute(update(StoredResponse).values(heartbeat_at=int(time.time()) - STALE_SECONDS - 1))

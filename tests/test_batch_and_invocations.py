@@ -3,9 +3,9 @@
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import RoleModel, Settings
-from plugins.engine.protocol import NO_OPTIONS
+from choir.app.asgi import create_app
+from choir.core.settings import RoleModel, Settings
+from choir.engine.protocol import NO_OPTIONS
 from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 from tests.sse import sse_json
 
@@ -39,7 +39,7 @@ def test_refusals_name_the_field(client, fake_engine, extra, param):
 
 
 def test_one_failing_conversation_fails_the_batch_and_stops_the_others(client, fake_engine):
-    from core.errors import EngineRejected
+    from choir.core.errors import EngineRejected
 
     original = fake_engine.generate
     fake_engine.delay = 0.05

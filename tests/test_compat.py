@@ -3,10 +3,10 @@
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.compat import CompatProfile
-from core.settings import Settings, SettingsError
-from plugins.spec import SPEC_DIR, SpecConfig
+from choir.app.asgi import create_app
+from choir.core.compat import CompatProfile
+from choir.core.settings import Settings, SettingsError
+from choir.plugins.spec import SPEC_DIR, SpecConfig
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.spec_copy import spec_copy
 from tests.sse import sse_json
@@ -200,7 +200,7 @@ def test_null_fields(profile_client, path, body, where):
 
 
 def test_null_fields_are_checked_at_start_up(tmp_path):
-    from app.asgi import create_app
+    from choir.app.asgi import create_app
 
     for bad, says in (("{Nope: [a]}", "Nope"), ("{CompletionChoice: [text]}", "text"),
                       ("{ChatChoice: [tokens_ids]}", "tokens_ids")):

@@ -5,11 +5,11 @@ import re
 
 import pytest
 
-from core.compat import CompatProfile, OperationCompat, Rules, UnknownModel
-from core.errors import APIError
-from core.protocol.chat import ChatCompletionRequest
-from core.settings import SettingsError
-from plugins.spec import SPEC_DIR
+from choir.core.compat import CompatProfile, OperationCompat, Rules, UnknownModel
+from choir.core.errors import APIError
+from choir.core.protocol.chat import ChatCompletionRequest
+from choir.core.settings import SettingsError
+from choir.plugins.spec import SPEC_DIR
 from tests.spec_copy import spec_copy
 
 
@@ -42,9 +42,9 @@ def test_a_typo_in_a_profile_is_one_line_naming_the_file_and_key(tmp_path, text,
 
 def test_an_app_with_a_bad_profile_does_not_start(tmp_path):
     """Start-up, not the first request, finds it (it used to turn every chat stream into a 400)."""
-    from app.asgi import create_app
-    from core.settings import Settings
-    from plugins.spec import SpecConfig
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
+    from choir.plugins.spec import SpecConfig
 
     profiles = profiles_with(tmp_path, "extends: sglang\nrules:\n  greedy_n: rejct\n")
     with pytest.raises(SystemExit) as raised:
@@ -58,9 +58,9 @@ def test_an_app_with_a_bad_profile_does_not_start(tmp_path):
 def test_an_operation_listing_a_rule_the_profile_lacks_does_not_start(tmp_path, rules, says):
     """A typo in `x-choir-rules`, or a rule the profile (with what it extends) does not set: one line
     naming the spec file, the operation and the rule."""
-    from app.asgi import create_app
-    from core.settings import Settings
-    from plugins.spec import SpecConfig
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
+    from choir.plugins.spec import SpecConfig
 
     profiles = profiles_with(tmp_path, "rules:\n  greedy_n: allow\n  model_root: path\n", "bare")  # /v1/models'
     spec = profiles.parent / "openapi.yaml"

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from litestar.testing import AsyncTestClient, TestClient
 
-from app.asgi import create_app
-from core.settings import Settings
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.sse import sse_payloads
 
@@ -219,10 +219,10 @@ def test_input_items_take_after_and_before_together(served):
 
 
 def test_a_chain_is_read_to_its_limit(store_url, monkeypatch):
-    from plugins.store import responses
+    from choir.plugins.store import responses
 
     monkeypatch.setattr(responses, "MAX_CHAIN", 3)
-    monkeypatch.setattr("app.serving.stored.MAX_CHAIN", 3)
+    monkeypatch.setattr("choir.app.serving.stored.MAX_CHAIN", 3)
     app, _ = make_app(store_url)
     with TestClient(app) as client:
         previous = None

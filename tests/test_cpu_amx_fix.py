@@ -1,9 +1,9 @@
-"""plugins/engine/cpu_amx_fix.py asks for the AMX state where the CPU has it, and only there (the real engine's
+"""choir/engine/vllm/cpu_amx_fix.py asks for the AMX state where the CPU has it, and only there (the real engine's
 evidence: tests/integration/test_data_parallel.py, one OpenMP thread per rank)."""
 
 import torch
 
-from plugins.engine import cpu_amx_fix
+from choir.engine.vllm import cpu_amx_fix
 
 
 def test_amx_is_asked_for_where_the_cpu_has_it(monkeypatch):

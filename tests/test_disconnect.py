@@ -7,9 +7,9 @@ import json
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.asgi import create_app
-from core.settings import Settings
-from plugins.metrics import REQUEST_DISCONNECTS
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
+from choir.plugins.metrics import REQUEST_DISCONNECTS
 from tests.fakes import FakeEngine, fake_engine_factory
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -65,7 +65,7 @@ async def test_leaving_a_whole_request_aborts_every_engine_request(path, body):
 async def test_a_client_that_leaves_is_logged_and_counted_as_a_disconnect_not_a_500():
     from structlog.testing import capture_logs
 
-    from plugins.metrics import REQUESTS
+    from choir.plugins.metrics import REQUESTS
 
     engine = FakeEngine(script=lambda prompt, params: SLOW, delay=0.01, max_model_len=4000)
     app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine))

@@ -15,7 +15,7 @@ def test_docs_page_and_assets_are_served_locally(client):
 
 
 def test_served_openapi_document_is_the_spec(client):
-    from plugins.spec import load_spec
+    from choir.plugins.spec import load_spec
 
     schema = client.get("/schema/openapi.json")
     assert schema.status_code == 200 and schema.json() == load_spec()

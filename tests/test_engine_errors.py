@@ -1,4 +1,4 @@
-"""The engine seam's errors below HTTP: vLLM's own exception classes, refused or not (plugins/engine/vllm_errors.py
+"""The engine seam's errors below HTTP: vLLM's own exception classes, refused or not (choir/engine/vllm/errors.py
 matches them by name, so a rename in vLLM shows up here), and what the HTTP side makes of a bug."""
 
 import pytest
@@ -6,8 +6,8 @@ from structlog.testing import capture_logs
 from vllm.exceptions import QueueOverflowError, VLLMValidationError
 from vllm.v1.engine.exceptions import EngineGenerateError
 
-from core.errors import EngineRejected
-from plugins.engine.vllm_errors import rejection, reraise
+from choir.core.errors import EngineRejected
+from choir.engine.vllm.errors import rejection, reraise
 from tests.test_errors import error_of
 
 
@@ -54,9 +54,9 @@ def test_reraise_keeps_the_cause():
 
 def test_sampling_params_a_bug_cannot_become_a_400(monkeypatch):
     """Only the call into vLLM is guarded: Choir's own code around it raises as it is."""
-    from app.serving.sampling import build_sampling_params
-    from core.protocol.completions import CompletionRequest
-    from plugins.engine import vllm_sampling
+    from choir.app.serving.sampling import build_sampling_params
+    from choir.core.protocol.completions import CompletionRequest
+    from choir.engine.vllm import sampling as vllm_sampling
 
     def broken_params(**kwargs):
         raise TypeError("SamplingParams() got an unexpected keyword argument")

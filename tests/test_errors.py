@@ -2,8 +2,8 @@
 
 import pytest
 
-from core.errors import EngineRejected
-from plugins.engine.protocol import NO_OPTIONS, EngineDead
+from choir.core.errors import EngineRejected
+from choir.engine.protocol import NO_OPTIONS, EngineDead
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"

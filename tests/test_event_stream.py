@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from app.routes.event_stream import EventStream, Keepalive
-from app.serving.streaming import Final
-from plugins.metrics import STREAM_DISCONNECTS
+from choir.app.routes.event_stream import EventStream, Keepalive
+from choir.app.serving.streaming import Final
+from choir.plugins.metrics import STREAM_DISCONNECTS
 
 
 class Client:

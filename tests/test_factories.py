@@ -4,10 +4,10 @@ import msgspec
 from polyfactory import Use
 from polyfactory.factories.msgspec_factory import MsgspecFactory
 
-from app.serving.unserved import CHAT_UNSERVED, UNSERVED
-from core.compat import OPENAI_ROLES
-from core.protocol.chat import ChatCompletionRequest, ChatMessage
-from core.protocol.completions import CompletionRequest
+from choir.app.serving.unserved import CHAT_UNSERVED, UNSERVED
+from choir.core.compat import OPENAI_ROLES
+from choir.core.protocol.chat import ChatCompletionRequest, ChatMessage
+from choir.core.protocol.completions import CompletionRequest
 
 # Fields that are refused unless left at their default (or that a random value almost always makes
 # invalid together with others) are pinned, so that generated requests do reach the engine too.

@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from core.errors import EngineRejected
-from plugins.engine.protocol import NO_OPTIONS
-from plugins.engine.roles import Engines
+from choir.core.errors import EngineRejected
+from choir.engine.protocol import NO_OPTIONS
+from choir.engine.roles import Engines
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -160,13 +160,13 @@ def test_a_failing_child_mid_stream_is_one_error_event_then_done(client, fake_en
 async def test_closing_the_stream_early_aborts_every_child(n):
     """What Litestar does when the client disconnects: the SSE body iterator is closed mid-stream.
     (The in-process test client cannot disconnect; tests/integration checks this on a real server.)"""
-    from app.serving.chat import plan_chat, stream_chat
-    from app.serving.counts import TokenCounts
-    from core.compat import OperationCompat
-    from core.protocol.chat import ChatCompletionRequest
-    from plugins.aggregation import Aggregator
-    from plugins.fanout import FanOut
-    from plugins.pipeline import Pipeline
+    from choir.app.serving.chat import plan_chat, stream_chat
+    from choir.app.serving.counts import TokenCounts
+    from choir.core.compat import OperationCompat
+    from choir.core.protocol.chat import ChatCompletionRequest
+    from choir.plugins.aggregation import Aggregator
+    from choir.plugins.fanout import FanOut
+    from choir.plugins.pipeline import Pipeline
     from tests.fakes import FakeEngine
 
     engine = FakeEngine(script=lambda prompt, params: ["tok"] * 50, delay=0.01, max_model_len=200)

@@ -5,12 +5,12 @@ import asyncio
 
 import pytest
 
-from core.errors import APIError, EngineRejected
-from core.protocol.common import INT64_MAX
-from plugins.aggregation import Aggregator, cached_tokens, prompt_tokens, usage
-from plugins.engine.protocol import NO_OPTIONS, GenerateOptions
-from plugins.engine.sampling import Sampling
-from plugins.fanout import FanOut, PromptRequest
+from choir.core.errors import APIError, EngineRejected
+from choir.core.protocol.common import INT64_MAX
+from choir.engine.protocol import NO_OPTIONS, GenerateOptions
+from choir.engine.sampling import Sampling
+from choir.plugins.aggregation import Aggregator, cached_tokens, prompt_tokens, usage
+from choir.plugins.fanout import FanOut, PromptRequest
 from tests.fakes import FakeEngine
 
 

@@ -1,4 +1,4 @@
-"""Schemathesis against spec/openapi.yaml with the app in-process over a fake engine, for a bounded
+"""Schemathesis against choir/spec/openapi.yaml with the app in-process over a fake engine, for a bounded
 number of examples per operation: with the API key, no 5xx and no response that breaks the spec
 (status codes, content types, bodies); without it (no header, a wrong key, another scheme), a 401 on
 every operation but the open ones. Either way every error, also one inside a stream, is in OpenAI's
@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import positive_data_acceptance
 
-from app.asgi import create_app
-from core.settings import Settings
-from plugins.engine.roles import Engines
-from plugins.spec import SPEC_DIR
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
+from choir.engine.roles import Engines
+from choir.plugins.spec import SPEC_DIR
 from tests.fakes import FakeEngine, fake_engine_factory
 
 KEY = "fuzz-key"

@@ -7,11 +7,11 @@ import pytest
 from litestar.testing import TestClient
 from structlog.testing import capture_logs
 
-from app.asgi import create_app
-from app.requests import nests_deeper
-from core.errors import APIError
-from core.settings import Settings
-from plugins.auth import AuthConfig
+from choir.app.asgi import create_app
+from choir.app.requests import nests_deeper
+from choir.core.errors import APIError
+from choir.core.settings import Settings
+from choir.plugins.auth import AuthConfig
 from tests.fakes import FakeEngine, fake_engine_factory
 
 KEY = "hostile-key"
@@ -174,6 +174,6 @@ def test_status_499_has_a_body_and_a_type():
 @pytest.mark.parametrize("name, value", [("CHOIR_MAX_JSON_DEPTH", "0"), ("CHOIR_MAX_GRAMMAR_BYTES", "big"),
                                          ("CHOIR_GRAMMAR_COMPILE_SECONDS", "0"), ("CHOIR_GRAMMAR_COMPILERS", "-1")])
 def test_the_bounds_refuse_a_bad_value_in_one_line(name, value):
-    from core.settings import SettingsError
+    from choir.core.settings import SettingsError
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})

@@ -14,11 +14,11 @@ import pytest
 from litestar.testing import TestClient
 from PIL import Image
 
-from app.asgi import create_app
-from core.errors import EngineRejected
-from core.settings import Settings
-from plugins.engine.protocol import ImagesRejected
-from plugins.media import ImageRef, ImageRefused, MediaPolicy
+from choir.app.asgi import create_app
+from choir.core.errors import EngineRejected
+from choir.core.settings import Settings
+from choir.engine.protocol import ImagesRejected
+from choir.plugins.media import ImageRef, ImageRefused, MediaPolicy
 from tests.fakes import FakeEngine, fake_engine_factory
 
 CHAT = "/v1/chat/completions"
@@ -487,7 +487,7 @@ def _raise_from(filename: str):
 
 
 def test_only_errors_from_vllms_media_code_are_the_images():
-    from plugins.engine.vllm_base import _raised_in_media_code
+    from choir.engine.vllm.base import _raised_in_media_code
 
     loader = _raise_from("/site-packages/vllm/multimodal/media/image.py")
     template = _raise_from("/site-packages/vllm/renderers/hf.py")

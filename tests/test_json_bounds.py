@@ -2,7 +2,7 @@
 
 import json
 
-from app.serving.json_bounds import SAFE_INTEGER, STRUCTURAL_TAG_WHITESPACE, bounded_integers, bounded_tag
+from choir.app.serving.json_bounds import SAFE_INTEGER, STRUCTURAL_TAG_WHITESPACE, bounded_integers, bounded_tag
 
 
 def test_an_integer_without_bounds_gets_the_json_safe_range():

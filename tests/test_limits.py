@@ -2,8 +2,8 @@
 
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import Settings
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 
 

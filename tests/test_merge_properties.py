@@ -1,4 +1,4 @@
-"""Properties of the merged stream of an n > 1 request (plugins/aggregation.py's `merge`, through the
+"""Properties of the merged stream of an n > 1 request (choir/plugins/aggregation.py's `merge`, through the
 real app over ASGI in-process): for any interleaving of the children's outputs, any finish reasons, a
 child that fails mid-stream and a client that leaves at any point,
 
@@ -22,11 +22,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.asgi import create_app
-from core.errors import EngineDead, EngineRejected
-from core.settings import Settings
-from plugins.engine.protocol import NO_OPTIONS
-from plugins.engine.roles import Engines
+from choir.app.asgi import create_app
+from choir.core.errors import EngineDead, EngineRejected
+from choir.core.settings import Settings
+from choir.engine.protocol import NO_OPTIONS
+from choir.engine.roles import Engines
 from tests.fakes import Call, FakeEngine, Output, SampleOutput, encode
 
 ENDS = ("stop", "length")  # a normal finish

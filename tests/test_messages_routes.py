@@ -9,10 +9,10 @@ import httpx2
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.errors import EngineRejected
-from core.settings import Settings
-from plugins.engine.protocol import NO_OPTIONS, EngineDead
+from choir.app.asgi import create_app
+from choir.core.errors import EngineRejected
+from choir.core.settings import Settings
+from choir.engine.protocol import NO_OPTIONS, EngineDead
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.test_parsers_routes import CALL, script, token_pieces, use_parsers
 

@@ -7,8 +7,8 @@ import struct
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import LoraModule, RoleModel, Settings
+from choir.app.asgi import create_app
+from choir.core.settings import LoraModule, RoleModel, Settings
 from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
 CHAT = "/v1/chat/completions"

@@ -7,8 +7,8 @@ from functools import cache
 
 import pytest
 
-from core.settings import BUNDLED_MODEL_DIR
-from plugins.engine.config import EngineConfig
+from choir.core.settings import BUNDLED_MODEL_DIR
+from choir.plugins.engine.config import EngineConfig
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -27,7 +27,7 @@ def tokenizer():
 
 
 def use_parsers(client, engine, reasoning=None, tool=None):
-    """As plugins/parsers.py does at start-up, with the bundled tokenizer."""
+    """As choir/plugins/parsers.py does at start-up, with the bundled tokenizer."""
     engine.tokenizer = tokenizer()
     engine.max_model_len = 4096
     client.app.state[EngineConfig().parsers_state_key] = engine.parsers(reasoning, tool)

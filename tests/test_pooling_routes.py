@@ -6,8 +6,8 @@ import math
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import RoleModel, Settings
+from choir.app.asgi import create_app
+from choir.core.settings import RoleModel, Settings
 from tests.fakes import FakeEngine, FakePoolingEngine, encode, fake_engine_factory
 
 RERANKS = ["/rerank", "/v1/rerank", "/v2/rerank"]

@@ -5,8 +5,8 @@ import pytest
 from litestar.testing import TestClient
 from sqlalchemy.exc import OperationalError
 
-from app.asgi import create_app
-from core.settings import Settings
+from choir.app.asgi import create_app
+from choir.core.settings import Settings
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.sse import sse_payloads
 
@@ -197,7 +197,7 @@ def test_every_input_item_is_carried_and_a_second_delete_is_a_404(served):
 
 
 def test_a_continuation_carries_the_earlier_output_items_reasoning_included():
-    from app.serving.responses import messages_of
+    from choir.app.serving.responses import messages_of
 
     history = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}], "id": "msg_0"},
                {"type": "reasoning", "id": "rs_1", "status": "completed", "summary": [],

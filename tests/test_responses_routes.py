@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from plugins.engine.protocol import NO_OPTIONS
+from choir.engine.protocol import NO_OPTIONS
 from tests.sse import sse_payloads
 
 PATH = "/v1/responses"

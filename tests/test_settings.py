@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from core.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
-from plugins.engine.vllm_args import engine_argv
+from choir.core.settings import BUNDLED_MODEL_DIR, BUNDLED_MODEL_NAME, Settings, SettingsError
+from choir.engine.vllm.args import engine_argv
 from tests.integration.server import ROOT
 
 
@@ -82,7 +82,7 @@ def test_bad_settings_are_one_clear_error(tmp_path, env, fragment):
 
 
 def test_engine_args_go_through_vllms_own_parser(tmp_path):
-    from plugins.engine.vllm_args import parse_engine_args
+    from choir.engine.vllm.args import parse_engine_args
 
     args = parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS="--max-model-len 512 --max-logprobs 5"),
                              on_cpu=True)
@@ -96,7 +96,7 @@ def test_engine_args_go_through_vllms_own_parser(tmp_path):
 @pytest.mark.parametrize("flags, fragment", [("--no-such-flag", "--no-such-flag"),
                                              ("--max-model-len lots", "max-model-len")])
 def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
-    from plugins.engine.vllm_args import parse_engine_args
+    from choir.engine.vllm.args import parse_engine_args
 
     with pytest.raises(SettingsError, match=fragment) as raised:
         parse_engine_args(settings(tmp_path, CHOIR_ENGINE_ARGS=flags), on_cpu=True)
@@ -110,7 +110,7 @@ def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
 def test_server_with_a_bad_setting_exits_with_one_line(env):
     """Both kinds: checked when the app is built, and when the engine's flags are parsed."""
     result = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "--factory", "app.asgi:create_app", "--port", "0"],
+        [sys.executable, "-m", "uvicorn", "--factory", "choir.app.asgi:create_app", "--port", "0"],
         cwd=ROOT, env={**__import__("os").environ, **env}, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("choir:")]
@@ -171,8 +171,8 @@ def test_every_model_name_means_one_model(tmp_path, env, fragment):
 
 @pytest.mark.parametrize("prefix, role", [("EMBEDDING", "embed"), ("RERANK", "rerank"), ("CLASSIFY", "classify")])
 def test_each_pooling_role_has_the_same_three_settings_and_runs_vllms_pooling_runner(tmp_path, prefix, role):
-    from core.settings import POOLING_ROLES
-    from plugins.engine.vllm_args import pooling_argv
+    from choir.core.settings import POOLING_ROLES
+    from choir.engine.vllm.args import pooling_argv
 
     assert settings(tmp_path).pooling == ()  # no pooling engine unless asked
     bundled = next(r for r in POOLING_ROLES if r.role == role)
@@ -197,7 +197,7 @@ def test_each_pooling_role_has_the_same_three_settings_and_runs_vllms_pooling_ru
 
 def test_engines_on_one_gpu_must_fit_together(tmp_path):
     """Checked before any engine starts on a GPU (on the CPU each has its own KV cache space)."""
-    from plugins.engine.vllm_args import check_gpu_share
+    from choir.engine.vllm.args import check_gpu_share
 
     def two(generation: str = "", rerank: str = "", classify: str | None = None):
         env = {"CHOIR_MODEL": "org/m", "CHOIR_ENGINE_ARGS": generation, "CHOIR_RERANK_MODEL": "org/r",
@@ -218,7 +218,7 @@ def test_engines_on_one_gpu_must_fit_together(tmp_path):
 
 
 def test_the_response_store_settings(tmp_path):
-    from core.settings import DEFAULT_STORE_TTL, DEFAULT_STORE_URL
+    from choir.core.settings import DEFAULT_STORE_TTL, DEFAULT_STORE_URL
 
     s = settings(tmp_path)
     assert s.store_url == DEFAULT_STORE_URL and DEFAULT_STORE_URL.startswith("sqlite+aiosqlite:////")

@@ -4,9 +4,9 @@ default (sglang) profile, ignored with a warning (as vLLM's server ignores them)
 import pytest
 from structlog.testing import capture_logs
 
-from core.protocol.chat import ChatCompletionRequest
-from core.protocol.common import SGLANG_FIELDS
-from core.protocol.completions import CompletionRequest
+from choir.core.protocol.chat import ChatCompletionRequest
+from choir.core.protocol.common import SGLANG_FIELDS
+from choir.core.protocol.completions import CompletionRequest
 from tests.fakes import FakeEngine, decode
 from tests.sse import sse_json
 from tests.test_compat import make_client
@@ -19,7 +19,7 @@ BOTH = pytest.mark.parametrize("path", list(BODIES))
 
 
 def test_every_sglang_field_is_a_field_of_a_generation_request():
-    from core.compat import known_fields
+    from choir.core.compat import known_fields
 
     assert SGLANG_FIELDS <= known_fields(ChatCompletionRequest) | known_fields(CompletionRequest)
 

@@ -1,13 +1,13 @@
-"""spec/openapi.yaml is the source of the routes: the app's OpenAPI must agree with it."""
+"""choir/spec/openapi.yaml is the source of the routes: the app's OpenAPI must agree with it."""
 
 import pytest
 from litestar.exceptions import ImproperlyConfiguredException
 from openapi_spec_validator import validate
 
-from app.asgi import create_app
-from core.protocol.schema import component_schemas
-from core.settings import Settings
-from plugins.spec import METHODS, SPEC_DIR, SpecConfig, load_spec
+from choir.app.asgi import create_app
+from choir.core.protocol.schema import component_schemas
+from choir.core.settings import Settings
+from choir.plugins.spec import METHODS, SPEC_DIR, SpecConfig, load_spec
 from tests.fakes import FakeEngine, fake_engine_factory
 from tests.spec_copy import spec_copy
 
@@ -43,8 +43,8 @@ def _required_fields(doc: dict, op: dict) -> set[str]:
 
 
 def test_spec_schemas_are_the_wire_types():
-    """The spec's component schemas are exactly what core/protocol's Structs accept and produce
-    (after changing a Struct: `python -m core.protocol.schema`)."""
+    """The spec's component schemas are exactly what choir/core/protocol's Structs accept and produce
+    (after changing a Struct: `python -m choir.core.protocol.schema`)."""
     assert load_spec()["components"]["schemas"] == component_schemas()
 
 
@@ -88,7 +88,7 @@ def test_the_spec_plugin_must_come_last():
     from litestar import Litestar
     from litestar.plugins import InitPlugin
 
-    from plugins.spec import SpecPlugin
+    from choir.plugins.spec import SpecPlugin
 
     class Late(InitPlugin):
         def on_app_init(self, app_config):
@@ -103,9 +103,9 @@ def test_the_parsers_names_are_checked_before_any_engine_starts_wherever_the_plu
     stopping) when CHOIR_REASONING_PARSER names a parser vLLM lacks."""
     from litestar.config.app import AppConfig
 
-    from plugins.engine.config import EngineConfig
-    from plugins.engine.plugin import EnginePlugin
-    from plugins.parsers import ParsersPlugin
+    from choir.plugins.engine.config import EngineConfig
+    from choir.plugins.engine.plugin import EnginePlugin
+    from choir.plugins.parsers import ParsersPlugin
 
     config = EngineConfig(Settings(served_model_name="fake-model"))
     app_config = EnginePlugin(config).on_app_init(AppConfig())  # listed first, its lifespan added first

@@ -6,8 +6,8 @@ from contextlib import asynccontextmanager
 import pytest
 from litestar.testing import TestClient
 
-from app.asgi import create_app
-from core.settings import RoleModel, Settings, SettingsError
+from choir.app.asgi import create_app
+from choir.core.settings import RoleModel, Settings, SettingsError
 from tests.fakes import FakeEngine
 
 

@@ -1,4 +1,4 @@
-"""The store's migrations (plugins/store/migrate.py) on SQLite and PostgreSQL (`store_url`, tests/databases.py):
+"""The store's migrations (choir/plugins/store/migrate.py) on SQLite and PostgreSQL (`store_url`, tests/databases.py):
 a fresh database reaches head and matches the models; a database made before migrations (one table, no version
 table) is stamped 0001 and upgraded with its rows kept; processes starting at once migrate once, the others wait."""
 
@@ -10,8 +10,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from plugins.store.migrate import VERSION_TABLE, commands, upgrade
-from plugins.store.models import StoreBase
+from choir.plugins.store.migrate import VERSION_TABLE, commands, upgrade
+from choir.plugins.store.models import StoreBase
 
 # The schema create_all made before migrations (revision 0001), by hand.
 OLD_SCHEMA = [

@@ -6,13 +6,13 @@ import asyncio
 import msgspec
 import pytest
 
-from app.serving.streaming import ChunkFrames, data_frame
-from core.protocol.chat import ChatChunkChoice, ChatCompletionChunk, Delta
-from core.protocol.common import Usage
-from core.protocol.completions import CompletionChoice, CompletionChunk
-from plugins.aggregation import Aggregator
-from plugins.engine.protocol import NO_OPTIONS
-from plugins.fanout import FanOut, PromptRequest
+from choir.app.serving.streaming import ChunkFrames, data_frame
+from choir.core.protocol.chat import ChatChunkChoice, ChatCompletionChunk, Delta
+from choir.core.protocol.common import Usage
+from choir.core.protocol.completions import CompletionChoice, CompletionChunk
+from choir.engine.protocol import NO_OPTIONS
+from choir.plugins.aggregation import Aggregator
+from choir.plugins.fanout import FanOut, PromptRequest
 from tests.fakes import FakeEngine
 
 ENVELOPES = [
@@ -60,7 +60,7 @@ class LockstepEngine(FakeEngine):
 
 
 async def test_one_engine_step_of_every_choice_is_one_batch():
-    from plugins.engine.sampling import Sampling
+    from choir.engine.sampling import Sampling
 
     engine = LockstepEngine()
     [prompt] = await engine.render_completion(["x"])

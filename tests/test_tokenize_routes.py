@@ -64,8 +64,8 @@ def test_an_embedding_models_name_tokenizes_with_the_embedding_engine():
     """As vLLM's server: /tokenize and /detokenize serve pooling models too (the `model` picks the engine)."""
     from litestar.testing import TestClient
 
-    from app.asgi import create_app
-    from core.settings import RoleModel, Settings
+    from choir.app.asgi import create_app
+    from choir.core.settings import RoleModel, Settings
     from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
     embedding = FakePoolingEngine(max_model_len=32)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from app.serving.tool_stream import ToolArrayScanner
-from app.serving.tools import one_entry_per_call
+from choir.app.serving.tool_stream import ToolArrayScanner
+from choir.app.serving.tools import one_entry_per_call
 
 TEXT = ('[{"name": "get_weather", "parameters": {"city": "Pa\\"ris}", "n": [1, {"x": 2}]}},\n'
         ' {"parameters": 5 , "name": "f2"}, {"name": "f3", "parameters": "s,}"}]')
@@ -31,7 +31,7 @@ def test_names_and_arguments_whatever_the_chunking(size):
 def test_one_entry_per_call_in_a_chunk():
     """A parser's deltas and the end-of-stream reconciliation can say the same call twice in one chunk:
     merged, header first, arguments in order, other calls untouched."""
-    from core.protocol.chat import DeltaFunctionCall, DeltaToolCall
+    from choir.core.protocol.chat import DeltaFunctionCall, DeltaToolCall
 
     header = DeltaToolCall(index=0, id="call_1", type="function", function=DeltaFunctionCall(name="f", arguments=""))
     more = DeltaToolCall(index=0, function=DeltaFunctionCall(arguments='{"a"'))

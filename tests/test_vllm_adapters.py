@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from vllm.v1.engine.exceptions import EngineDeadError
 
-from core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
-from plugins.engine.protocol import GenerateOptions, Prompt
-from plugins.engine.sampling import Sampling
-from plugins.engine.vllm_engine import VllmEngine
+from choir.core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
+from choir.engine.protocol import GenerateOptions, Prompt
+from choir.engine.sampling import Sampling
+from choir.engine.vllm.engine import VllmEngine
 
 
 class StubAsyncLLM:
@@ -143,7 +143,7 @@ def test_the_model_root_is_the_model_as_configured(stub):
 
 
 def test_an_engine_without_a_tokenizer_stops_start_up_in_one_line(stub):
-    from core.settings import SettingsError
+    from choir.core.settings import SettingsError
 
     stub.renderer = SimpleNamespace(tokenizer=None)  # --skip-tokenizer-init
     with pytest.raises(SettingsError, match="--skip-tokenizer-init"):

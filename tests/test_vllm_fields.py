@@ -3,8 +3,8 @@ server would pass it, each refused one is a 400 naming it, and the answer carrie
 
 import pytest
 
-from app.serving.json_bounds import bounded_integers
-from app.serving.unserved import CHAT_UNSERVED, UNSERVED
+from choir.app.serving.json_bounds import bounded_integers
+from choir.app.serving.unserved import CHAT_UNSERVED, UNSERVED
 from tests.sse import sse_json
 
 CHAT = "/v1/chat/completions"
@@ -151,7 +151,7 @@ def test_completions_take_response_format(client, fake_engine):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     body = {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
     assert client.post(CMPL, json=body).status_code == 200
-    # an integer the schema leaves unbounded gets JSON's safe range (app/serving/json_bounds.py)
+    # an integer the schema leaves unbounded gets JSON's safe range (choir/app/serving/json_bounds.py)
     assert fake_engine.calls[0].params.structured_outputs.json == bounded_integers(schema)
 
 
@@ -296,8 +296,8 @@ def test_server_defaults_of_vllms_front_end_flags():
     --enable-force-include-usage. A request's own return_tokens_as_token_ids still wins."""
     from litestar.testing import TestClient
 
-    from app.asgi import create_app
-    from core.settings import Settings
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
     from tests.fakes import FakeEngine, fake_engine_factory
 
     settings = Settings(served_model_name="fake-model", return_tokens_as_token_ids=True, force_include_usage=True)

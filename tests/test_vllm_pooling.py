@@ -7,10 +7,10 @@ import pytest
 import torch
 from vllm.outputs import RequestError
 
-from core.errors import APIError
-from core.settings import RoleModel, SettingsError
-from plugins.engine.protocol import Prompt
-from plugins.engine.vllm_pooling import VllmPoolingEngine
+from choir.core.errors import APIError
+from choir.core.settings import RoleModel, SettingsError
+from choir.engine.protocol import Prompt
+from choir.engine.vllm.pooling import VllmPoolingEngine
 
 PROMPT = Prompt(token_ids=[1, 2], text="ab", engine_input={"prompt_token_ids": [1, 2]})
 

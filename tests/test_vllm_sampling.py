@@ -1,13 +1,13 @@
-"""The adapter from Choir's `Sampling` to vLLM's SamplingParams (plugins/engine/vllm_sampling.py): every
+"""The adapter from Choir's `Sampling` to vLLM's SamplingParams (choir/engine/vllm/sampling.py): every
 field under vLLM's name, the model's defaults under the request's values, vLLM's refusals as 400s, and
 fan-out's children each with their own params and seed from one translation."""
 
 import msgspec
 import pytest
 
-from core.errors import EngineRejected
-from plugins.engine.sampling import Constraint, RepetitionDetection, Sampling
-from plugins.engine.vllm_sampling import SamplingAdapter, sampling_params
+from choir.core.errors import EngineRejected
+from choir.engine.sampling import Constraint, RepetitionDetection, Sampling
+from choir.engine.vllm.sampling import SamplingAdapter, sampling_params
 
 
 def test_every_field_reaches_vllm_under_its_name():

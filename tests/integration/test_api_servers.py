@@ -1,4 +1,4 @@
-"""CHOIR_API_SERVERS=2 for real: `python -m app.serve` (what `make serve` runs) starts one engine core and two
+"""CHOIR_API_SERVERS=2 for real: `python -m choir.cli.serve` (what `make serve` runs) starts one engine core and two
 API processes attached to it, as `vllm serve --api-server-count 2` does. What is per process must hold for
 the whole server: metrics, health, the disconnect abort, SIGTERM, and a process that dies."""
 
@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from core.settings import BUNDLED_LORA_DIR, bundled_model_dir
+from choir.core.settings import BUNDLED_LORA_DIR, bundled_model_dir
 from tests.databases import postgres_or_none
 from tests.integration.server import Server, Streams, start_server
 from tests.integration.test_fanout import engine_gauge

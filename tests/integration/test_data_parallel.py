@@ -53,7 +53,7 @@ def _headless_node(tmp_path, rpc_port: int) -> subprocess.Popen:
                                 f"--data-parallel-start-rank 1 --data-parallel-address 127.0.0.1 "
                                 f"--data-parallel-rpc-port {rpc_port}"}
     log = (tmp_path / "headless.log").open("w")
-    return subprocess.Popen([sys.executable, "-m", "app.serve"], cwd=ROOT, env=env, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "choir.cli.serve"], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
 
 

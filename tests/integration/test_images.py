@@ -14,7 +14,7 @@ import openai
 import pytest
 from PIL import Image
 
-from core.settings import BUNDLED_VLM_DIR, Settings
+from choir.core.settings import BUNDLED_VLM_DIR, Settings
 from tests.integration.server import Server, start_server, start_vllm_server
 
 pytestmark = pytest.mark.engine
@@ -202,7 +202,7 @@ def test_a_text_only_model_refuses_an_image(client, model):
 def vllm_vlm(tmp_path_factory):
     from vllm.platforms import current_platform
 
-    from plugins.engine.vllm_args import engine_argv
+    from choir.engine.vllm.args import engine_argv
 
     settings = Settings(model=str(BUNDLED_VLM_DIR), served_model_name=MODEL,
                         engine_args=("--limit-mm-per-prompt.image", "2"))

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from core.settings import BUNDLED_LORA_DIR, bundled_model_dir
+from choir.core.settings import BUNDLED_LORA_DIR, bundled_model_dir
 from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine
@@ -20,7 +20,7 @@ GREEDY = {"ignore_eos": True, "return_token_ids": True}
 @pytest.fixture(scope="module")
 def models_server(tmp_path_factory):
     # One adapter slot (--max-loras 1): a base-model row in a LoRA batch then points at that slot, which
-    # is where vLLM-CPU's mixed-batch bug shows (plugins/engine/cpu_lora_fix.py).
+    # is where vLLM-CPU's mixed-batch bug shows (choir/engine/vllm/cpu_lora_fix.py).
     server = start_server(tmp_path_factory.mktemp("models") / "server.log", env={
         "CHOIR_SERVED_MODEL_NAME": "choir-tiny,tiny-alias", "CHOIR_LORA_MODULES": f"tiny-lora={BUNDLED_LORA_DIR}",
         "CHOIR_ENGINE_ARGS": "--max-lora-rank 8 --max-loras 1", "CHOIR_ALLOW_RUNTIME_LORA": "true",

@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-from core.settings import BUNDLED_MODEL_NAME
+from choir.core.settings import BUNDLED_MODEL_NAME
 
 pytestmark = pytest.mark.engine
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]

@@ -7,7 +7,7 @@ import cohere
 import httpx
 import pytest
 
-from core.settings import bundled_model_dir
+from choir.core.settings import bundled_model_dir
 from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine

@@ -1,0 +1,210 @@
+"""`choir serve`'s command line: `vllm serve`'s, read by vLLM's own parser, plus Choir's own options.
+
+Every option of vLLM's parser is one of four kinds, and a test walks them all (tests/test_cli_flags.py):
+- an engine option (AsyncEngineArgs): its tokens reach the engine's parser unchanged, after CHOIR_ENGINE_ARGS;
+- a front-end option Choir serves: it sets the Choir setting that does the same (SETTINGS), or uvicorn's own
+  option (UVICORN), or is what Choir does anyway (AS_IS);
+- one Choir cannot honour (REFUSED): given with a value other than vLLM's default, start-up stops with one line.
+A flag wins over the environment: each given option is written over its CHOIR_* variable, and Settings reads
+the result as it reads the environment (one place checks every value).
+"""
+
+import argparse
+import json
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from choir.core.settings import SettingsError
+from choir.engine import backend
+
+# Choir's own settings as flags: (flag, variable, what; a boolean flag has a --no- form).
+CHOIR_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--compat", "CHOIR_COMPAT", "compatibility profile: sglang (default) or vllm"),
+    ("--store", "CHOIR_STORE", "keep stored responses (default on) [boolean]"),
+    ("--store-url", "CHOIR_STORE_URL", "where: sqlite+aiosqlite:///path or postgresql+asyncpg://user:pass@host/db"),
+    ("--store-ttl", "CHOIR_STORE_TTL", "seconds a stored response lives (0: until deleted)"),
+    ("--protect-docs", "CHOIR_PROTECT_DOCS", "with --api-key, the docs need the key too [boolean]"),
+    ("--protect-metrics", "CHOIR_PROTECT_METRICS", "with --api-key, /metrics needs the key too [boolean]"),
+    ("--allow-runtime-lora", "CHOIR_ALLOW_RUNTIME_LORA", "serve /v1/load_lora_adapter and unload [boolean]"),
+    ("--max-n", "CHOIR_MAX_N", "largest `n` a request may ask for"),
+    ("--max-prompts", "CHOIR_MAX_PROMPTS", "most prompts in one completions request"),
+    ("--max-choices", "CHOIR_MAX_CHOICES", "most engine requests (n x prompts) one request may make"),
+    ("--max-body-bytes", "CHOIR_MAX_BODY_BYTES", "largest request body"),
+    ("--max-json-depth", "CHOIR_MAX_JSON_DEPTH", "deepest JSON nesting of a request body"),
+    ("--max-grammar-bytes", "CHOIR_MAX_GRAMMAR_BYTES", "largest schema, regex or grammar a request may bring"),
+    ("--grammar-compile-seconds", "CHOIR_GRAMMAR_COMPILE_SECONDS", "longest a grammar may take to compile"),
+    ("--grammar-compilers", "CHOIR_GRAMMAR_COMPILERS", "grammars compiled at once"),
+    ("--drain-seconds", "CHOIR_DRAIN_SECONDS", "on SIGTERM, how long in-flight requests may still run"),
+    ("--fanout-placement", "CHOIR_FANOUT_PLACEMENT", "with data parallelism, where n > 1 children run: pinned | "
+                                                     "spread"),
+    ("--media-domains", "CHOIR_MEDIA_DOMAINS", "hosts whose image URLs are fetched (comma-separated)"),
+    ("--max-image-bytes", "CHOIR_MAX_IMAGE_BYTES", "largest image, in bytes"),
+    ("--max-image-pixels", "CHOIR_MAX_IMAGE_PIXELS", "largest image, in pixels"),
+    ("--media-fetch-seconds", "CHOIR_MEDIA_FETCH_SECONDS", "longest an image fetch may take"),
+    *((f"--{role}-model", f"CHOIR_{prefix}_MODEL", f"the {what} model (off unless given)")
+      for role, prefix, what in (("embedding", "EMBEDDING", "embedding"), ("rerank", "RERANK", "cross-encoder"),
+                                 ("classify", "CLASSIFY", "sequence classification"))),
+    *((f"--{role}-model-name", f"CHOIR_{prefix}_MODEL_NAME", "its served names (comma-separated)")
+      for role, prefix in (("embedding", "EMBEDDING"), ("rerank", "RERANK"), ("classify", "CLASSIFY"))),
+    *((f"--{role}-engine-args", f"CHOIR_{prefix}_ENGINE_ARGS", "its engine's flags, in vllm serve syntax")
+      for role, prefix in (("embedding", "EMBEDDING"), ("rerank", "RERANK"), ("classify", "CLASSIFY"))),
+)
+_BOOLEAN = "[boolean]"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _joined(value: Sequence[str]) -> str:
+    return ",".join(value)
+
+
+def _boolean(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _lora(modules: Sequence[Any]) -> str:
+    return json.dumps([{"name": m.name, "path": m.path, "base_model_name": m.base_model_name} for m in modules])
+
+
+# vLLM's options that set a Choir setting: dest → (variable, how its value is written there).
+SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "model_tag": ("CHOIR_MODEL", str),
+    "model": ("CHOIR_MODEL", str),
+    "served_model_name": ("CHOIR_SERVED_MODEL_NAME", _joined),
+    "reasoning_parser": ("CHOIR_REASONING_PARSER", str),
+    "tool_call_parser": ("CHOIR_TOOL_PARSER", str),
+    "api_key": ("CHOIR_API_KEY", _joined),
+    "lora_modules": ("CHOIR_LORA_MODULES", _lora),
+    "api_server_count": ("CHOIR_API_SERVERS", str),
+    "return_tokens_as_token_ids": ("CHOIR_RETURN_TOKENS_AS_TOKEN_IDS", _boolean),
+    "enable_force_include_usage": ("CHOIR_FORCE_INCLUDE_USAGE", _boolean),
+    "trust_request_mm_kwargs": ("CHOIR_TRUST_REQUEST_MM_KWARGS", _boolean),
+    "chat_template": ("CHOIR_CHAT_TEMPLATE", str),
+    "chat_template_content_format": ("CHOIR_CHAT_TEMPLATE_CONTENT_FORMAT", str),
+    "default_chat_template_kwargs": ("CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS", _text),
+    "response_role": ("CHOIR_RESPONSE_ROLE", str),
+    "max_log_len": ("CHOIR_MAX_LOG_LEN", str),
+    "log_level": ("CHOIR_LOG_LEVEL", lambda level: str(level).lower()),  # vLLM's engines take it too
+    "allowed_origins": ("CHOIR_ALLOWED_ORIGINS", _joined),
+    "allowed_methods": ("CHOIR_ALLOWED_METHODS", _joined),
+    "allowed_headers": ("CHOIR_ALLOWED_HEADERS", _joined),
+    "allow_credentials": ("CHOIR_ALLOW_CREDENTIALS", _boolean),
+}
+# vLLM's options that are uvicorn's own: dest → uvicorn.Config's keyword.
+UVICORN = {"host": "host", "port": "port", "uds": "uds", "root_path": "root_path", "ssl_keyfile": "ssl_keyfile",
+           "ssl_certfile": "ssl_certfile", "ssl_ca_certs": "ssl_ca_certs", "ssl_cert_reqs": "ssl_cert_reqs",
+           "ssl_ciphers": "ssl_ciphers", "uvicorn_log_level": "log_level",
+           "h11_max_incomplete_event_size": "h11_max_incomplete_event_size"}
+# Options whose meaning Choir has whatever they say, or that vLLM's parser itself acts on.
+AS_IS = {
+    "config": "vLLM's parser reads the file's options in its place",
+    "headless": "engine cores only, as vLLM's (passed to the engine's flags)",
+    "enable_auto_tool_choice": "Choir serves tool_choice `auto` whenever --tool-call-parser names a parser",
+    "enable_prompt_tokens_details": "Choir always reports usage.prompt_tokens_details.cached_tokens",
+    "disable_uvicorn_access_log": "Choir logs one line per request itself, never uvicorn's access log",
+    "enable_request_id_headers": "Choir always answers with X-Request-Id",
+    "enable_offline_docs": "Choir's docs are always served from the package, offline",
+    "enable_log_deltas": "Choir never logs outputs (see --enable-log-outputs)",
+}
+# Options Choir cannot honour: given with another value than vLLM's default, start-up stops naming them.
+REFUSED = {
+    "grpc": "Choir serves HTTP only",
+    "grpc_port": "Choir serves HTTP only",
+    "trust_request_chat_template": "Choir never renders a chat template a request brings",
+    "exclude_tools_when_tool_choice_none": "Choir renders the tools whatever tool_choice says",
+    "tool_parser_plugin": "Choir serves the tool parsers vLLM registers itself",
+    "tool_strict_level": "Choir has no tool strictness levels",
+    "tool_server": "Choir serves no built-in tools",
+    "enable_per_request_metrics": "Choir's /metrics has no per-request series",
+    "enable_server_load_tracking": "Choir does not track server load",
+    "sse_keep_alive_interval": "Choir sends keepalives on Messages streams only (`ping`)",
+    "enable_tokenizer_info_endpoint": "Choir serves no /tokenizer_info",
+    "enable_log_outputs": "Choir's request log has no bodies",
+    "cohere_is_reasoning_model": "Choir serves no Cohere chat API",
+    "cohere_format": "Choir serves no Cohere chat API",
+    "anthropic_disabled_thinking_effort": "Choir's Messages API has no thinking effort setting",
+    "log_error_stack": "Choir logs errors without stacks",
+    "enable_scale_out": "Choir scales out with --api-server-count and data parallelism",
+    "fingerprint_mode": "Choir's system_fingerprint follows its --compat profile",
+    "fingerprint_value": "Choir's system_fingerprint follows its --compat profile",
+    "data_parallel_supervisor_port": "Choir runs no data-parallel supervisor of vLLM's",
+    "dp_supervisor_probe_interval_s": "Choir runs no data-parallel supervisor of vLLM's",
+    "dp_supervisor_probe_timeout_s": "Choir runs no data-parallel supervisor of vLLM's",
+    "dp_supervisor_probe_failure_threshold": "Choir runs no data-parallel supervisor of vLLM's",
+    "enable_ssl_refresh": "Choir does not reload certificates while running",
+    "middleware": "Choir takes no ASGI middleware by import path",
+    "disable_access_log_for_endpoints": "Choir logs every request once",
+    "disable_fastapi_docs": "Choir's docs are its spec, always served (--protect-docs keeps them to key holders)",
+    "h11_max_header_count": "uvicorn has no such limit",
+    "enable_flash_late_interaction": "Choir serves no late-interaction scoring",
+}
+# Engine options Choir sets from its own settings (SETTINGS), never passed as they are.
+CHOIR_TAKES = frozenset(("model", "served_model_name", "reasoning_parser"))
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What `choir serve ARGS` asks for: the environment Settings reads, and uvicorn's options."""
+
+    environ: dict[str, str]
+    uvicorn: dict[str, Any] = field(default_factory=dict)
+
+
+def parser() -> argparse.ArgumentParser:
+    return backend.serve_parser("choir serve", _add_choir_flags)
+
+
+def _add_choir_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Choir", "Choir's own settings (each also a CHOIR_* environment variable)")
+    for flag, variable, what in CHOIR_FLAGS:
+        if what.endswith(_BOOLEAN):
+            group.add_argument(flag, dest=_dest(variable), action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{what.removesuffix(_BOOLEAN).strip()} ({variable})")
+        else:
+            group.add_argument(flag, dest=_dest(variable), default=None, help=f"{what} ({variable})")
+
+
+def _dest(variable: str) -> str:
+    return "choir_" + variable.removeprefix("CHOIR_").lower()
+
+
+def read(argv: Sequence[str], environ: Mapping[str, str]) -> CommandLine:
+    """The command line over the environment (a flag wins). SettingsError names an option Choir refuses."""
+    command = parser()
+    args = backend.parse_serve_args(command, argv)
+    # vLLM's own checks, with the tool parser CHOIR_TOOL_PARSER names when no flag does
+    checked = argparse.Namespace(**vars(args.values))
+    checked.tool_call_parser = checked.tool_call_parser or environ.get("CHOIR_TOOL_PARSER") or None
+    try:
+        backend.check_serve_args(checked)
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(str(exc).removeprefix("Error: ")) from None
+    engine_dests, values = backend.engine_dests(), args.values
+    env, uvicorn, engine_tokens = dict(environ), {}, list[str]()
+    given = {dest for dest, _ in args.given}
+    for dest, tokens in args.given:
+        if dest in engine_dests and dest not in CHOIR_TAKES:
+            engine_tokens.extend(tokens)
+    for dest in given:
+        value = getattr(values, dest, None)
+        if dest in SETTINGS:
+            variable, write = SETTINGS[dest]
+            env[variable] = write(value)
+        elif dest in UVICORN:
+            uvicorn[UVICORN[dest]] = value
+        elif dest in REFUSED and value != command.get_default(dest):
+            option = next(a.option_strings[0] for a in command._actions if a.dest == dest)
+            raise SettingsError(f"{option} is not served by Choir: {REFUSED[dest]}.")
+        elif dest.startswith("choir_") and value is not None:
+            variable = "CHOIR_" + dest.removeprefix("choir_").upper()
+            env[variable] = _boolean(value) if isinstance(value, bool) else value
+    if "headless" in given and values.headless:
+        engine_tokens.append("--headless")
+    if engine_tokens:
+        env["CHOIR_ENGINE_ARGS"] = " ".join(filter(None, (environ.get("CHOIR_ENGINE_ARGS", ""),
+                                                           shlex.join(engine_tokens))))
+    return CommandLine(env, uvicorn)

@@ -1,0 +1,23 @@
+"""`choir`: `choir serve [MODEL] [FLAGS]` (vllm serve's command line), `choir --version`."""
+
+import sys
+
+USAGE = """usage: choir serve [MODEL] [options]   serve MODEL (`choir serve --help`: the options)
+       choir --version                    Choir's version"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"]:
+        from choir.cli import serve
+
+        serve.main(args[1:])
+    elif args[:1] in (["--version"], ["-V"]):
+        import choir
+
+        print(f"choir {choir.__version__}")
+    elif args[:1] in (["--help"], ["-h"]):
+        print(USAGE)
+    else:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)

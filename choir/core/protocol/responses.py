@@ -1,0 +1,280 @@
+"""/v1/responses wire types: the OpenAI Responses API, the part Choir serves."""
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from choir.core.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat, TokenLogprob
+
+
+class InputText(msgspec.Struct, tag_field="type", tag="input_text"):
+    text: str
+
+
+class OutputTextInput(msgspec.Struct, tag_field="type", tag="output_text"):
+    """Assistant text from earlier turns, sent back as input."""
+
+    text: str
+
+
+class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=True):
+    """An image, for a vision-language model: a data URL or an http(s) URL (`file_id` needs a Files API, which
+    this server has not)."""
+
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+class InputMessage(msgspec.Struct, kw_only=True):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputText | OutputTextInput | InputImage]
+
+
+class FunctionCallInput(msgspec.Struct, kw_only=True):
+    """A call the model made in an earlier turn."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputInput(msgspec.Struct, kw_only=True):
+    """The result of such a call."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+    id: str | None = None
+    status: str | None = None
+
+
+class ReasoningText(msgspec.Struct, tag_field="type", tag="reasoning_text"):
+    text: str
+
+
+class SummaryText(msgspec.Struct, tag_field="type", tag="summary_text"):
+    text: str
+
+
+class ReasoningInput(msgspec.Struct, kw_only=True):
+    """Reasoning from an earlier turn, sent back: it goes to that turn's assistant message."""
+
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+    status: str | None = None
+    encrypted_content: str | None = None  # refused: Choir has no key to decrypt it
+
+
+class ReasoningConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # echoed; no summaries are written
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of `summary`
+
+
+class FunctionTool(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionToolChoice(msgspec.Struct, kw_only=True):
+    type: Literal["function"]
+    name: str
+
+
+class JsonSchemaTextFormat(msgspec.Struct, tag_field="type", tag="json_schema", kw_only=True):
+    """Responses put the schema's fields beside `type` (chat nests them under `json_schema`)."""
+
+    name: str = "response"
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+    def as_chat(self) -> JsonSchema:
+        return JsonSchema(name=self.name, schema=self.schema, strict=self.strict, description=self.description)
+
+
+class TextConfig(msgspec.Struct, kw_only=True):
+    format: TextFormat | JsonObjectFormat | JsonSchemaTextFormat | None = None
+
+
+class ConversationRef(msgspec.Struct):
+    id: str
+
+
+class ResponsesRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    # A string, or a list of items: messages (with `type` "message" or none), function calls and outputs.
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    stream: bool = False
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    include_reasoning: bool = True  # vLLM's: false drops the reasoning items (the tokens are still counted)
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: what the chat template is given besides input
+    # "message.output_text.logprobs" returns each output token's logprob (and `top_logprobs` alternatives);
+    # Choir has nothing to add for the other values OpenAI defines, which are accepted.
+    include: list[str] | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    # OpenAI's default (null) is true: stored unless the server runs with CHOIR_STORE=off (the response says).
+    store: bool | None = None
+    background: bool = False  # made apart from the request: poll, stream again, or cancel it (needs the store)
+    previous_response_id: str | None = None  # a stored response this one continues
+    conversation: str | ConversationRef | None = None  # a stored conversation this one continues and adds to
+    truncation: Literal["auto", "disabled"] = "disabled"  # auto: the oldest turns dropped to fit the context
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def conversation_id(self) -> str | None:
+        return self.conversation.id if isinstance(self.conversation, ConversationRef) else self.conversation
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+
+
+class OutputText(msgspec.Struct, tag_field="type", tag="output_text", kw_only=True):
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[TokenLogprob] = []  # with include ["message.output_text.logprobs"]
+
+
+class DeltaTopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+
+
+class DeltaLogprob(msgspec.Struct):
+    """A streamed text delta's token: OpenAI's events carry no `bytes`."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[DeltaTopLogprob]
+
+
+class OutputMessage(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
+    id: str
+    status: ItemStatus
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class FunctionCallOutput(msgspec.Struct, tag_field="type", tag="function_call", kw_only=True):
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus
+
+
+class ReasoningOutput(msgspec.Struct, tag_field="type", tag="reasoning", kw_only=True):
+    id: str
+    status: ItemStatus
+    summary: list[SummaryText] = []
+    content: list[ReasoningText]
+
+
+OutputItem = OutputMessage | FunctionCallOutput | ReasoningOutput
+
+
+class InputTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0  # prompt tokens the prefix cache held
+
+
+class OutputTokensDetails(msgspec.Struct):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = msgspec.field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = msgspec.field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class IncompleteDetails(msgspec.Struct):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseError(msgspec.Struct):
+    code: str
+    message: str
+
+
+class Response(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: ResponseStatus
+    model: str
+    output: list[OutputItem]
+    usage: ResponseUsage | None = None
+    incomplete_details: IncompleteDetails | None = None
+    error: ResponseError | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    parallel_tool_calls: bool = True
+    tool_choice: Any = "auto"
+    tools: list[FunctionTool] = []
+    top_logprobs: int | None = None
+    store: bool = False  # whether it is stored (GET /v1/responses/{id}, previous_response_id)
+    background: bool = False
+    previous_response_id: str | None = None
+    conversation: ConversationRef | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    text: TextConfig | UnsetType = UNSET
+    reasoning: ReasoningConfig | UnsetType = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
+
+
+class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One streamed lifecycle event; `type` names it, and only the fields its type has are set."""
+
+    type: str
+    sequence_number: int
+    response: Response | UnsetType = UNSET
+    output_index: int | UnsetType = UNSET
+    item: OutputItem | UnsetType = UNSET
+    item_id: str | UnsetType = UNSET
+    content_index: int | UnsetType = UNSET
+    part: OutputText | ReasoningText | UnsetType = UNSET
+    delta: str | UnsetType = UNSET
+    text: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+    logprobs: list[DeltaLogprob] | UnsetType = UNSET
+
+
+class ResponseItemList(msgspec.Struct, kw_only=True):
+    """A page of a stored response's input items (OpenAI's cursor page: `after` an item id)."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class DeletedResponse(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True

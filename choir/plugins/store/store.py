@@ -1,0 +1,17 @@
+"""The store a stateful call reads: responses, conversations, and the background runs of this process."""
+
+from dataclasses import dataclass, field
+
+from choir.plugins.store.conversations import ConversationStore
+from choir.plugins.store.responses import ResponseStore
+from choir.plugins.store.runs import Runs
+
+
+@dataclass
+class Store:
+    responses: ResponseStore
+    conversations: ConversationStore
+    runs: Runs = field(default_factory=Runs)
+
+    def owner(self, key: bytes | None) -> str:
+        return self.responses.owner(key)
