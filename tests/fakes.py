@@ -8,21 +8,25 @@ SamplingParams vLLM would get; its outputs are plain dataclasses of the seam's o
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from choir.engine.outputs import EngineOutput
+from choir.core.settings import RoleModel, Settings
+from choir.engine.outputs import EngineOutput, FinishReason
 from choir.engine.protocol import (
     CHAT_RENDER,
     COMPLETION_RENDER,
     NO_OPTIONS,
     ChatTemplateOptions,
+    Engine,
     GenerateOptions,
+    PoolingEngine,
     Prompt,
     RenderOptions,
 )
+from choir.engine.roles import AnyEngine, EngineFactory
 from choir.engine.sampling import Sampling
 from choir.engine.vllm.parsers import VllmParsers
 from choir.engine.vllm.sampling import SamplingAdapter
@@ -61,7 +65,7 @@ class SampleOutput:
     token_ids: list[int]
     cumulative_logprob: float | None
     logprobs: list[dict[int, Logprob]] | None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
 
 
@@ -106,7 +110,8 @@ class FakeEngine:
     running: set[str] = field(default_factory=set)
     _adapter: SamplingAdapter | None = field(default=None, repr=False)
 
-    async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         self.renders.append(options)
         out = []
         for p in prompts:
@@ -115,7 +120,7 @@ class FakeEngine:
             out.append(Prompt(token_ids=ids, text=p if isinstance(p, str) else self.detokenize(ids), engine_input=ids))
         return out
 
-    async def render_chat(self, messages, template: ChatTemplateOptions,
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
         self.renders.append(options)
         self.templates.append(template)
@@ -140,40 +145,44 @@ class FakeEngine:
     def parsers(self, reasoning: str | None, tool: str | None) -> VllmParsers:
         return VllmParsers.load(self.tokenizer, reasoning, tool)
 
-    async def generate(self, prompt: Prompt, sampling: Sampling, request_id: str,
-                       options: GenerateOptions = NO_OPTIONS) -> AsyncIterator[EngineOutput]:
-        adapter = self._adapter
+    async def generate(self, prompt: Prompt, params: Sampling, request_id: str,
+                       options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[EngineOutput, None]:
+        sampling, adapter = params, self._adapter
         if adapter is None or adapter.defaults is not self.default_sampling_params:  # a test may set new ones
             adapter = self._adapter = SamplingAdapter(self.default_sampling_params)
-        params = adapter(sampling)  # EngineRejected as from VllmEngine.generate
-        self.calls.append(Call(prompt, params, request_id, options, sampling))
+        vllm_params = adapter(sampling)  # EngineRejected as from VllmEngine.generate
+        self.calls.append(Call(prompt, vllm_params, request_id, options, sampling))
         if self.fail_with is not None:
             raise self.fail_with
         text = prompt.text if prompt.text is not None else decode(prompt.token_ids)
-        pieces = self.script(text, params)[: params.max_tokens]
+        pieces = self.script(text, vllm_params)[: vllm_params.max_tokens]
         delta = sampling.stream
         # logprobs per position: the top `logprobs`, or the listed `logprob_token_ids` (here: as many)
-        wanted = params.logprobs if params.logprobs is not None else (
-            len(params.logprob_token_ids) if params.logprob_token_ids else None)
+        wanted = vllm_params.logprobs if vllm_params.logprobs is not None else (
+            len(vllm_params.logprob_token_ids) if vllm_params.logprob_token_ids else None)
         self.running.add(request_id)
         try:
-            text, ids, logprobs = "", [], []
+            text = ""
+            ids: list[int] = []
+            logprobs: list[dict[int, Logprob]] | None = []
             for i, piece in enumerate(pieces):
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 last = i == len(pieces) - 1
-                finish = ("length" if len(pieces) == params.max_tokens else "stop") if last else None
+                finish: FinishReason | None = None
+                if last:
+                    finish = "length" if len(pieces) == vllm_params.max_tokens else "stop"
                 piece_ids = self.tokenizer.encode(piece, add_special_tokens=False) if self.tokenizer else encode(piece)
                 piece_lps = [_logprobs(t, wanted) for t in piece_ids] if wanted is not None else None
                 if delta:
                     text, ids, logprobs = piece, piece_ids, piece_lps
                 else:
                     text, ids = text + piece, ids + piece_ids
-                    logprobs = (logprobs + piece_lps) if piece_lps is not None else None
+                    logprobs = (logprobs + piece_lps) if piece_lps is not None and logprobs is not None else None
                 if delta or last:
                     prompt_lps = None
-                    if params.prompt_logprobs is not None and (i == 0 or not delta):
-                        prompt_lps = [None, *(_logprobs(t, params.prompt_logprobs) for t in prompt.token_ids[1:])]
+                    if vllm_params.prompt_logprobs is not None and (i == 0 or not delta):
+                        prompt_lps = [None, *(_logprobs(t, vllm_params.prompt_logprobs) for t in prompt.token_ids[1:])]
                     # each token's logprob is -0.5 (see _logprobs); whole outputs say their sum
                     cumulative = -0.5 * len(ids) if wanted is not None and not delta else None
                     output = SampleOutput(index=0, text=text, token_ids=list(ids), cumulative_logprob=cumulative,
@@ -234,10 +243,11 @@ class FakePoolingEngine:
     vocab_size: int = FakeEngine.vocab_size
     max_images: int = 0
 
-    async def render_completion(self, prompts, options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
+    async def render_completion(self, prompts: list[str] | list[list[int]],
+                                options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         return await FakeEngine.render_completion(FakeEngine(), prompts, options)
 
-    async def render_chat(self, messages, template: ChatTemplateOptions,
+    async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:
         return await FakeEngine.render_chat(FakeEngine(), messages, template, options)
 
@@ -306,9 +316,17 @@ def _text(content: Any) -> str:
     return content or ""
 
 
-def fake_engine_factory(engine: Any) -> Callable[..., Any]:
+def fake_engine_factory(engine: AnyEngine) -> EngineFactory:
+    """Starts `engine` for a role, as choir/engine/roles.py's factories start vLLM's."""
+
     @asynccontextmanager
-    async def factory(settings, model=None) -> AsyncIterator[FakeEngine]:
+    async def factory(settings: Settings, model: RoleModel | None = None) -> AsyncIterator[AnyEngine]:
         yield engine
 
     return factory
+
+
+def _conforms(engine: "FakeEngine", pooling: "FakePoolingEngine") -> tuple[Engine, PoolingEngine]:
+    """The fakes are engines of the seam's protocols: mypy checks them here (as the vLLM adapter's are checked
+    where choir/engine/vllm/start.py yields them)."""
+    return engine, pooling

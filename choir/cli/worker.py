@@ -15,7 +15,7 @@ from typing import Any
 
 from choir.core.settings import RoleModel, Settings
 from choir.engine import backend
-from choir.engine.roles import EngineFactory
+from choir.engine.roles import AnyEngine, EngineFactory
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def run_worker(listen_address: str, sock: Any, args: WorkerArgs, client_config: 
 
 
 def _attached(client: dict[str, Any]) -> EngineFactory:
-    def factory(settings: Settings, model: RoleModel) -> AbstractAsyncContextManager[Any]:
+    def factory(settings: Settings, model: RoleModel) -> AbstractAsyncContextManager[AnyEngine]:
         return backend.start_role(settings, model, client)
 
     return factory

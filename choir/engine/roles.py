@@ -8,17 +8,18 @@ unless a test swaps in a fake). Its model comes from settings of one shape for e
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from choir.core.settings import RoleModel, Settings
 from choir.engine import backend
 from choir.engine.protocol import Engine, PoolingEngine
 
 # How an engine starts: a context manager that yields the engine and stops it on exit.
-EngineFactory = Callable[[Settings, RoleModel], AbstractAsyncContextManager[Any]]
+AnyEngine = Engine | PoolingEngine  # a role's engine: generation's, or a pooling role's
+EngineFactory = Callable[[Settings, RoleModel], AbstractAsyncContextManager[AnyEngine]]
 
 
-def _vllm(settings: Settings, model: RoleModel) -> AbstractAsyncContextManager[Any]:
+def _vllm(settings: Settings, model: RoleModel) -> AbstractAsyncContextManager[AnyEngine]:
     return backend.start_role(settings, model)
 
 
@@ -42,19 +43,21 @@ class Engines:
     """The engines started, by role (the app state the engine plugin's lifespan fills): generation's
     always, each pooling role's when its model is configured."""
 
-    __slots__ = ("_by_name", "by_role", "generate")
+    __slots__ = ("_by_name", "_pooling", "by_role", "generate")
 
-    def __init__(self, by_role: dict[str, Any]) -> None:
+    def __init__(self, by_role: dict[str, AnyEngine]) -> None:
         self.by_role = by_role
-        self.generate: Engine = by_role["generate"]
+        # Each role's factory started the engine of its kind: generation's an Engine, the others PoolingEngines.
+        self.generate = cast(Engine, by_role["generate"])
+        self._pooling = {role: cast(PoolingEngine, engine) for role, engine in by_role.items() if role != "generate"}
         # A served name → its role (generation's adapters are looked up live: they come and go).
         self._by_name = {name: role for role, engine in by_role.items() for name in engine.served_model_names}
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
+    def __iter__(self) -> Iterator[tuple[str, AnyEngine]]:
         return iter(self.by_role.items())
 
     def pooling(self, role: str) -> PoolingEngine | None:
-        return self.by_role.get(role)
+        return self._pooling.get(role)
 
     def role_of(self, name: str) -> str | None:
         """The role whose engine serves this model name, if any."""
@@ -64,12 +67,10 @@ class Engines:
         return role
 
     def names(self, role: str) -> tuple[str, ...]:
-        engine = self.by_role.get(role)
-        if engine is None:
-            return ()
         if role == "generate":
-            return *engine.served_model_names, *engine.adapters
-        return tuple(engine.served_model_names)
+            return *self.generate.served_model_names, *self.generate.adapters
+        engine = self._pooling.get(role)
+        return () if engine is None else tuple(engine.served_model_names)
 
     def unfinished_requests(self) -> int:
         return sum(engine.num_unfinished_requests() for engine in self.by_role.values())

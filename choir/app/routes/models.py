@@ -22,9 +22,10 @@ def _cards(request: Request, engines: Engines, created: int) -> list[ModelCard]:
         cards += [ModelCard(id=name, created=created, owned_by="choir", root=name if by_name else engine.model_root,
                             max_model_len=engine.max_model_len) for name in engine.served_model_names]
         if role == "generate":
+            generator = engines.generate
             cards += [ModelCard(id=name, created=created, owned_by="choir", root=path,
-                                parent=engine.adapter_parent(name), max_model_len=engine.max_model_len)
-                      for name, path in engine.adapters.items()]
+                                parent=generator.adapter_parent(name), max_model_len=generator.max_model_len)
+                      for name, path in generator.adapters.items()]
     return cards
 
 

@@ -53,7 +53,8 @@ def _check_dimensions(engine: PoolingEngine, model: str, dimensions: int | None)
 
 async def embed(pipeline: Pipeline, request: EmbeddingRequest, model: str, prompts: list[Prompt],
                 response_id: str) -> EmbeddingResponse:
-    engine = pipeline.engines.by_role["embed"]  # plan_embeddings found it
+    engine = pipeline.engines.pooling("embed")
+    assert engine is not None  # plan_embeddings found it
 
     async def one(prompt: Prompt, request_id: str) -> list[float]:
         return await engine.embed(prompt, request_id, request.dimensions, request.use_activation)

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from choir.core.settings import RoleModel, Settings, SettingsError
-from choir.engine.protocol import AdapterError
+from choir.engine.protocol import AdapterError, Engine, PoolingEngine
 from choir.engine.vllm.args import check_gpu_share, parse_role_args
 from choir.engine.vllm.client import ClientConfig, async_llm, client_label
 from choir.engine.vllm.version import check_vllm_version
@@ -43,7 +43,7 @@ def engine_environment(settings: Settings) -> None:
 
 
 @asynccontextmanager
-async def start_vllm_engine(settings: Settings, client: ClientConfig | None = None) -> AsyncIterator[Any]:
+async def start_vllm_engine(settings: Settings, client: ClientConfig | None = None) -> AsyncIterator[Engine]:
     """The generation engine. `client`: attach to engine cores a supervisor started (choir/cli/serve.py), as API
     process i of N; None: start the engines here, in this process's AsyncLLM."""
     from choir.engine.vllm.engine import VllmEngine
@@ -73,7 +73,7 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
 
 @asynccontextmanager
 async def start_vllm_pooling_engine(settings: Settings, model: RoleModel,
-                                    client: ClientConfig | None = None) -> AsyncIterator[Any]:
+                                    client: ClientConfig | None = None) -> AsyncIterator[PoolingEngine]:
     """A pooling role's engine (embed, rerank, classify); `client` as for start_vllm_engine."""
     from choir.engine.vllm.pooling import VllmPoolingEngine
 
@@ -109,7 +109,7 @@ async def _started(settings: Settings, model: RoleModel,
 
 
 def start_vllm_role(settings: Settings, model: RoleModel,
-                    client: ClientConfig | None = None) -> AbstractAsyncContextManager[Any]:
+                    client: ClientConfig | None = None) -> AbstractAsyncContextManager[Engine | PoolingEngine]:
     """The engine of any role: the engine plugin's default factory (choir/engine/roles.py)."""
     if model.role == "generate":
         return start_vllm_engine(settings, client)

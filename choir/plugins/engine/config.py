@@ -16,7 +16,7 @@ from litestar.params import SkipValidation
 
 from choir.core.settings import Settings
 from choir.engine.protocol import RUNTIME_LORA_STATE_KEY, Engine
-from choir.engine.roles import ROLES, EngineFactory, Engines
+from choir.engine.roles import ROLES, AnyEngine, EngineFactory, Engines
 
 # How handlers ask for the engines: injected by name, and not validated (a Protocol cannot be).
 EngineDependency = NamedDependency[SkipValidation[Engine]]
@@ -29,7 +29,7 @@ class ShutdownDrain:
     `seconds` (CHOIR_DRAIN_SECONDS); then the engine aborts what is left, and each of those requests
     ends with an error (an error event then [DONE] for a stream), so the server can exit."""
 
-    def __init__(self, engines: list[Any], seconds: float) -> None:
+    def __init__(self, engines: list[AnyEngine], seconds: float) -> None:
         self.engines, self.seconds = engines, seconds
         self.previous: dict[int, Any] = {}
         self.timer: asyncio.TimerHandle | None = None
