@@ -81,7 +81,7 @@ def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = Fals
     # Each server stores its responses beside its log, not in the project's store.
     environment.setdefault("CHOIR_STORE_URL", f"sqlite+aiosqlite:///{log_path.parent / 'store.sqlite3'}")
     log = log_path.open("w")
-    command = ["-m", "choir.cli.serve"] if serve else ["-m", "uvicorn", "--factory", "choir.app.asgi:create_app"]
+    command = ["-m", "choir", "serve"] if serve else ["-m", "uvicorn", "--factory", "choir.app.asgi:create_app"]
     process = subprocess.Popen(
         [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
