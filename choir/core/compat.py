@@ -243,10 +243,10 @@ class OperationCompat:
         return self.rules.reasoning_field or "reasoning_content"
 
     def message(self, content: str | None, tool_calls: list[Any], reasoning: str | None,
-                reads_reasoning: bool) -> AssistantMessage:
+                reads_reasoning: bool, role: str = "assistant") -> AssistantMessage:
         """A whole answer's message. A choice with a reasoning parser carries the reasoning field
         (null when there was none); one without does not."""
-        message = AssistantMessage(content=content, tool_calls=tool_calls or UNSET)
+        message = AssistantMessage(role=role, content=content, tool_calls=tool_calls or UNSET)
         if reads_reasoning:
             setattr(message, self.reasoning_field, reasoning)
         return message

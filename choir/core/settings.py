@@ -169,6 +169,7 @@ class Settings:
     # How chat messages are rendered (vLLM's --chat-template, a file's path or the template itself; its content
     # format; chat_template_kwargs every request gets under its own).
     chat_template: str | None = None
+    response_role: str = "assistant"  # vLLM's --response-role: a chat answer's role
     chat_template_content_format: str = "auto"
     default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
     # vLLM's --max-log-len: with --enable-log-requests (an engine flag), how much of each prompt is logged.
@@ -267,6 +268,7 @@ class Settings:
             media_fetch_seconds=_positive_int(env, "CHOIR_MEDIA_FETCH_SECONDS", 10),
             trust_request_mm_kwargs=_boolean(env, "CHOIR_TRUST_REQUEST_MM_KWARGS", False),
             chat_template=env.get("CHOIR_CHAT_TEMPLATE") or None,
+            response_role=env.get("CHOIR_RESPONSE_ROLE") or "assistant",
             chat_template_content_format=_choice(env, "CHOIR_CHAT_TEMPLATE_CONTENT_FORMAT", CONTENT_FORMATS),
             default_chat_template_kwargs=_json_object(env, "CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS"),
             max_log_len=_positive_int(env, "CHOIR_MAX_LOG_LEN", 0) or None,

@@ -34,6 +34,7 @@ class RequestDefaults:
 
     return_tokens_as_token_ids: bool = False  # --return-tokens-as-token-ids
     force_include_usage: bool = False  # --enable-force-include-usage: every stream has usage, continuous
+    response_role: str = "assistant"  # --response-role: the role of a chat answer
 
 
 NO_DEFAULTS = RequestDefaults()

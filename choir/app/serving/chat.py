@@ -56,6 +56,7 @@ class ChatJob(Job):
     tools: ToolPlan
     parsers: RequestParsers | None = None  # the configured parsers, bound to this request
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # what the chat template (and parsers) saw
+    role: str = "assistant"  # the answer's role: the server's response role, as vLLM's get_chat_request_role
 
     def output(self) -> ChoiceOutput:
         first = self.choices[0]
@@ -100,6 +101,12 @@ def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], boo
         if reasoning is not None:
             message["reasoning"] = message["reasoning_content"] = reasoning
     return messages, images
+
+
+def answer_role(request: ChatCompletionRequest, response_role: str) -> str:
+    """The server's response role (--response-role) when the template opens an answer, else the role of the
+    message the answer continues (vLLM's rule)."""
+    return response_role if request.add_generation_prompt else request.messages[-1].role
 
 
 def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
@@ -166,7 +173,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=choices, system_fingerprint=fingerprint,
                    keep=request.n if candidates else None, compat=compat, tools=tools, parsers=bound,
-                   template_kwargs=kwargs)
+                   template_kwargs=kwargs, role=answer_role(request, pipeline.defaults.response_role))
 
 
 def _reasoning_for_engine(request: ChatCompletionRequest, parsers: Parsers | None, bound: RequestParsers | None,
@@ -205,7 +212,7 @@ async def complete_chat(aggregator: Aggregator, job: ChatJob, counts: TokenCount
         completion = output.outputs[0]
         reader = job.output()
         parts = reader.whole(completion.text)
-        message = job.compat.message(parts.content, parts.tool_calls, parts.reasoning, reader.reasons)
+        message = job.compat.message(parts.content, parts.tool_calls, parts.reasoning, reader.reasons, job.role)
         if reader.reasons:
             counted = reader.reasoning_tokens(list(completion.token_ids), reader.read_reasoning)
             reasoning_tokens = (reasoning_tokens or 0) + (counted or 0)
@@ -290,7 +297,7 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
 def _first_frame(job: ChatJob, frames: ChunkFrames, choice: Choice, continuous_usage: bool) -> bytes:
     """A choice's role chunk: with return_token_ids it also carries the prompt's token ids, with
     continuous usage stats the prompt's count (nothing generated yet)."""
-    first = ChatChunkChoice(index=choice.index, delta=job.compat.delta({"role": "assistant", "content": ""}))
+    first = ChatChunkChoice(index=choice.index, delta=job.compat.delta({"role": job.role, "content": ""}))
     running = usage([choice], 0) if continuous_usage else None
     if job.request.return_token_ids:
         return frames.frame_with(first, prompt_token_ids=list(choice.prompt.token_ids), usage=running)

@@ -153,7 +153,7 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):
-    role: Literal["assistant"] = "assistant"
+    role: str = "assistant"  # the server's --response-role, "assistant" unless set
     content: str | None
     reasoning_content: str | None | UnsetType = UNSET  # the compat profile names the reasoning field
     reasoning: str | None | UnsetType = UNSET
@@ -198,7 +198,7 @@ class DeltaToolCall(msgspec.Struct, omit_defaults=True):
 class Delta(msgspec.Struct, omit_defaults=True):
     """Only the keys that are set are sent; the compat profile's `delta_always` keys always are."""
 
-    role: Literal["assistant"] | UnsetType = UNSET
+    role: str | UnsetType = UNSET
     content: str | None | UnsetType = UNSET
     reasoning_content: str | None | UnsetType = UNSET
     reasoning: str | None | UnsetType = UNSET
