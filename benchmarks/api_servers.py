@@ -1,5 +1,5 @@
-"""Several API processes over one engine: Choir with CHOIR_API_SERVERS=N (`python -m choir.cli.serve`) against
-vLLM's server with `--api-server-count N`, for each N (`python -m benchmarks.frontends --api-servers 1 2`).
+"""Several API processes over one engine: Choir with CHOIR_API_SERVERS=N (`choir serve`) against
+vLLM's server with `--api-server-count N`, for each N (`python -m benchmarks.api_servers 1 2`).
 
 The front end is every process of the server's tree except the engine side: the engine core(s)
 (`VLLM::EngineCore*`), their `VLLM::Worker*` children and the data-parallel coordinator. For N > 1 that is
@@ -9,10 +9,13 @@ is sampled every 50 ms, per process and summed; USS (memory no other process sha
 each scenario. `rss per extra` is (summed RSS at N − summed RSS at N = 1) / (N − 1).
 """
 
+import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -197,3 +200,22 @@ def print_table(table: dict) -> None:
                   f"{r['latency_p99_ms']:>7.1f} {r['frontend_cpu_ms_per_request']:>10.2f} "
                   f"{r['api_cpu_ms_per_request']:>7.2f} {speedup:>8} {cpu_ratio:>8} {r['frontend_rss_peak_mib']:>7.0f} "
                   f"{extra:>9} {r['frontend_uss_mib']:>7.0f} {each:<18} {r['errors']:>4.0f}")
+
+
+def main() -> None:
+    parser = frontends.arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("api_servers", type=int, nargs="+", metavar="N",
+                        help="Choir (CHOIR_API_SERVERS=N) against vLLM (--api-server-count N) for each N")
+    args = parser.parse_args()
+    plan = frontends.plan_of(args)
+    runs = run(args.contestants, args.api_servers, args.rounds, plan)
+    table = {label: {key: summarize(r) for key, r in by_key.items()} for label, by_key in runs.items()}
+    print_table(table)
+    out = frontends.RESULTS / "api_servers.json"
+    out.write_text(json.dumps({"args": vars(args), "scenarios": [asdict(s) for s in plan], "medians": table,
+                               "rounds": runs}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,7 @@ server and the issue's targets, and writes JSON (every round, and the medians).
 
     python -m benchmarks.frontends [--rounds 2] [--requests 300] [--concurrency 1 16 64] [--tokens 16 128]
     python -m benchmarks.frontends --quick          # concurrency 16, 16 tokens
-    python -m benchmarks.frontends --api-servers 1 2  # Choir and vLLM with N API processes (api_servers.py)
+    python -m benchmarks.api_servers 1 2            # Choir and vLLM with N API processes (api_servers.py)
 """
 
 import argparse
@@ -181,8 +181,8 @@ def _serves(name: str, scenario: Scenario) -> bool:
     return not (name == "rust" and scenario.n > 1)  # vLLM's Rust front end: "Only n=1 is supported."
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The scenarios' and contestants' options (benchmarks/api_servers.py takes them too)."""
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=300, help="per scenario (concurrency 1: a sixth)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
@@ -193,17 +193,20 @@ def main() -> None:
     parser.add_argument("--endpoints", nargs="+", choices=["completions", "chat"], default=["completions", "chat"])
     parser.add_argument("--n", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--modes", nargs="+", choices=["stream", "whole"], default=["stream", "whole"])
-    parser.add_argument("--api-servers", type=int, nargs="+", metavar="N",
-                        help="Choir (CHOIR_API_SERVERS=N) against vLLM (--api-server-count N) for each N")
-    args = parser.parse_args()
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> list[Scenario]:
     if args.quick:
         args.concurrency, args.tokens = [16], [16]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plan = scenarios(args.concurrency, args.tokens, args.requests, tuple(args.endpoints), tuple(args.n),
+    return scenarios(args.concurrency, args.tokens, args.requests, tuple(args.endpoints), tuple(args.n),
                      tuple(args.modes))
-    if args.api_servers:
-        main_api_servers(args, plan)
-        return
+
+
+def main() -> None:
+    args = arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
+    plan = plan_of(args)
     runs: dict[str, dict[str, list[dict]]] = {}
     for round_index in range(args.rounds):
         for name in args.contestants:
@@ -217,18 +220,6 @@ def main() -> None:
     out = RESULTS / "frontends.json"
     out.write_text(json.dumps({"args": vars(args), "scenarios": [asdict(s) for s in plan], "medians": table,
                                "targets": targets, "rounds": runs}, indent=2))
-    print(f"wrote {out}")
-
-
-def main_api_servers(args: argparse.Namespace, plan: list[Scenario]) -> None:
-    from benchmarks import api_servers
-
-    runs = api_servers.run(args.contestants, args.api_servers, args.rounds, plan)
-    table = {label: {key: api_servers.summarize(r) for key, r in by_key.items()} for label, by_key in runs.items()}
-    api_servers.print_table(table)
-    out = RESULTS / "api_servers.json"
-    out.write_text(json.dumps({"args": vars(args), "scenarios": [asdict(s) for s in plan], "medians": table,
-                               "rounds": runs}, indent=2))
     print(f"wrote {out}")
 
 
