@@ -103,12 +103,6 @@ def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], boo
     return messages, images
 
 
-def answer_role(request: ChatCompletionRequest, response_role: str) -> str:
-    """The server's response role (--response-role) when the template opens an answer, else the role of the
-    message the answer continues (vLLM's rule)."""
-    return response_role if request.add_generation_prompt else request.messages[-1].role
-
-
 def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
     """What the chat template is given besides the messages, as vLLM's server gives it: the request's
     kwargs, the tools, `documents`, and `reasoning_effort` (which also sets `enable_thinking`)."""
@@ -173,7 +167,10 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     return ChatJob(request=request, model=model.name, response_id=response_id, created=created,
                    choices=choices, system_fingerprint=fingerprint,
                    keep=request.n if candidates else None, compat=compat, tools=tools, parsers=bound,
-                   template_kwargs=kwargs, role=answer_role(request, pipeline.defaults.response_role))
+                   template_kwargs=kwargs,
+                   # The server's --response-role when the template opens an answer, else the role of the message
+                   # the answer continues (vLLM's rule)
+                   role=pipeline.defaults.response_role if request.add_generation_prompt else request.messages[-1].role)
 
 
 def _reasoning_for_engine(request: ChatCompletionRequest, parsers: Parsers | None, bound: RequestParsers | None,
