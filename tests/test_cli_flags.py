@@ -4,6 +4,7 @@ flags; a flag wins over the environment."""
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -194,3 +195,20 @@ def test_lora_modules_are_written_as_choirs_json():
 
     assert json.loads(flags.SETTINGS["lora_modules"][1]([Module()])) == [{"name": "a", "path": "/p",
                                                                           "base_model_name": None}]
+
+
+def test_litestar_run_finds_the_app_as_the_env_example_names_it(tmp_path):
+    """`litestar run` finds the app through LITESTAR_APP, which .env.example sets (`litestar routes` builds the
+    same app without starting the engine)."""
+    from pathlib import Path
+
+    from choir.core.settings import BUNDLED_MODEL_DIR
+
+    example = (Path(__file__).resolve().parents[1] / ".env.example").read_text().splitlines()
+    app = next(line.split("=", 1)[1] for line in example if line.startswith("LITESTAR_APP="))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("CHOIR_", "LITESTAR_"))}
+    result = subprocess.run([str(Path(sys.executable).parent / "litestar"), "routes"], cwd=tmp_path, timeout=120,
+                            env={**env, "LITESTAR_APP": app, "CHOIR_MODEL": str(BUNDLED_MODEL_DIR)},
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "/v1/chat/completions" in result.stdout and "/v1/messages" in result.stdout
