@@ -93,7 +93,8 @@ def test_front_end_options_set_choirs_settings(parser, tmp_path):
             "--trust-request-mm-kwargs", "--chat-template", str(template), "--chat-template-content-format",
             "openai", "--default-chat-template-kwargs", '{"enable_thinking": false}', "--max-log-len", "20",
             "--allowed-origins", '["https://a.example"]', "--allow-credentials", "--api-server-count", "2",
-            "--log-level", "WARNING"]
+            "--log-level", "WARNING", "--disable-fastapi-docs", "--disable-access-log-for-endpoints",
+            "/health,/metrics"]
     settings = settings_of(argv)
     assert [(m.name, m.path, m.base_model_name) for m in settings.lora_modules] == [("a", "/tmp", None),
                                                                                 ("b", "/tmp", "x")]
@@ -103,6 +104,7 @@ def test_front_end_options_set_choirs_settings(parser, tmp_path):
     assert settings.default_chat_template_kwargs == {"enable_thinking": False} and settings.max_log_len == 20
     assert settings.allowed_origins == ("https://a.example",) and settings.allow_credentials
     assert settings.log_level == "warning" and settings.engine_args == ("--log-level", "WARNING")
+    assert not settings.docs and settings.quiet_paths == ("/health", "/metrics")
 
 
 def test_uvicorns_options_go_to_uvicorn(parser):

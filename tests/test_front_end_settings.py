@@ -94,3 +94,25 @@ def test_every_setting_the_command_line_writes_is_read():
     prefixes = ("CHOIR_EMBEDDING_", "CHOIR_RERANK_", "CHOIR_CLASSIFY_")  # read as role.variable(...)
     unread = sorted(v for v in written if f'"{v}"' not in source and not v.startswith(prefixes))
     assert not unread, f"settings the command line writes and Settings never reads: {unread}"
+
+
+def test_docs_off_serve_no_schema():
+    """vLLM's --disable-fastapi-docs: no /schema, no docs assets; the API is served as ever."""
+    with make_client(docs=False) as client:
+        assert client.get("/schema").status_code == 404
+        assert client.get("/schema/openapi.json").status_code == 404
+        assert client.get("/v1/models").status_code == 200
+    with make_client() as client:
+        assert client.get("/schema/openapi.json").status_code == 200
+
+
+def test_quiet_paths_are_counted_not_logged():
+    """vLLM's --disable-access-log-for-endpoints: a probe's requests leave no log line; others do."""
+    from structlog.testing import capture_logs
+
+    with make_client(quiet_paths=("/health", "/metrics")) as client, capture_logs() as logs:
+        client.get("/health")
+        client.get("/v1/models")
+        metrics = client.get("/metrics").text
+    assert [entry["path"] for entry in logs if entry["event"] == "request"] == ["/v1/models"]
+    assert any(line.startswith("choir_requests_total{") and 'route="health"' in line for line in metrics.splitlines())

@@ -34,6 +34,8 @@ class ChoirApp(Litestar):
     (`/llm/llm/v1/models`, `/llm/v1/models` → `/v1/models`) is what is routed and protected. Also: the
     lifespan's setting errors in one line, and every HTTP request watched (its log line, its counters)."""
 
+    quiet_paths: frozenset[str] = frozenset()  # requests counted, never logged (--disable-access-log-for-endpoints)
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await one_line_startup_failure(super().__call__, scope, receive, send)
@@ -47,7 +49,7 @@ class ChoirApp(Litestar):
             # (a root also inside the route path, `/llm` in `/v1/models/llm-7b`, would cut it there).
             scope = {**scope, "path": root + path, "raw_path": (root + path).encode()}
         if scope["type"] == "http":
-            await watch_request(scope, receive, send, super().__call__)
+            await watch_request(scope, receive, send, super().__call__, self.quiet_paths)
         else:
             await super().__call__(scope, receive, send)
 
@@ -122,8 +124,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:
         raise SystemExit(f"choir: {exc}") from None
-    return ChoirApp(
-        route_handlers=[*ROUTE_HANDLERS, docs_assets_router()],
+    app = ChoirApp(
+        route_handlers=[*ROUTE_HANDLERS, docs_assets_router()] if settings.docs else ROUTE_HANDLERS,
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
                  ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine),
@@ -137,8 +139,11 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                  EnginePlugin(engine), StorePlugin(store), MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
-        openapi_config=openapi_config(load_spec(spec.spec_dir)),
+        openapi_config=openapi_config(load_spec(spec.spec_dir)) if settings.docs else None,
         request_max_body_size=settings.max_body_bytes,
         cors_config=cors(settings),
         request_class=request_class(settings.max_json_depth),
     )
+    app.quiet_paths = frozenset(settings.quiet_paths)
+    return app
+

@@ -34,12 +34,14 @@ def configure_logging(level: str) -> None:
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 
-async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp,
+                        quiet: frozenset[str] = frozenset()) -> None:
     """Runs `app` on one HTTP request and watches it: one log line and its metrics (choir/plugins/metrics.py),
     whatever ends it: a handler, an error, the 401 of the auth middleware, the router's 404 or 405, a
     client that leaves (`client_left`; 499 when no response had started). Wrapped around the whole app
     (choir/app/asgi.py), outside Litestar's middleware, which the router's answers never reach. One wrapper around
-    `send` for both, since a stream passes every chunk through it; no header is logged (the key is one)."""
+    `send` for both, since a stream passes every chunk through it; no header is logged (the key is one). A path
+    in `quiet` (vLLM's --disable-access-log-for-endpoints) is counted, not logged."""
     started = time.perf_counter()
     state = scope.setdefault("state", {})  # handlers record ids and token counts here
     status, first_chunk_at, streaming, done, left = 500, None, False, False, False
@@ -75,14 +77,15 @@ async def watch_request(scope: Scope, receive: Receive, send: Send, app: ASGIApp
                  or "unmatched")
         record_request(route, method, status, latency, None if first_chunk_at is None else first_chunk_at - started)
         tokens = state.get("tokens")
-        log.info(
-            "request",
-            method=method,
-            path=scope["path"],
-            status=status,
-            request_id=state.get("response_id"),
-            latency_ms=round(latency * 1000, 2),
-            prompt_tokens=tokens and tokens.prompt_tokens,
-            completion_tokens=tokens and tokens.completion_tokens,
-            **({"client_left": True} if left else {}),
-        )
+        if scope["path"] not in quiet:
+            log.info(
+                "request",
+                method=method,
+                path=scope["path"],
+                status=status,
+                request_id=state.get("response_id"),
+                latency_ms=round(latency * 1000, 2),
+                prompt_tokens=tokens and tokens.prompt_tokens,
+                completion_tokens=tokens and tokens.completion_tokens,
+                **({"client_left": True} if left else {}),
+            )

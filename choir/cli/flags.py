@@ -93,6 +93,8 @@ SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "allowed_methods": ("CHOIR_ALLOWED_METHODS", _joined),
     "allowed_headers": ("CHOIR_ALLOWED_HEADERS", _joined),
     "allow_credentials": ("CHOIR_ALLOW_CREDENTIALS", _boolean),
+    "disable_fastapi_docs": ("CHOIR_DOCS", lambda disabled: _boolean(not disabled)),
+    "disable_access_log_for_endpoints": ("CHOIR_QUIET_PATHS", str),
 }
 # vLLM's options that are uvicorn's own: dest → uvicorn.Config's keyword.
 UVICORN = {"host": "host", "port": "port", "uds": "uds", "root_path": "root_path", "ssl_keyfile": "ssl_keyfile",
@@ -137,8 +139,6 @@ REFUSED = {
     "dp_supervisor_probe_failure_threshold": "Choir runs no data-parallel supervisor of vLLM's",
     "enable_ssl_refresh": "Choir does not reload certificates while running",
     "middleware": "Choir takes no ASGI middleware by import path",
-    "disable_access_log_for_endpoints": "Choir logs every request once",
-    "disable_fastapi_docs": "Choir's docs are its spec, always served (--protect-docs keeps them to key holders)",
     "h11_max_header_count": "uvicorn has no such limit",
     "enable_flash_late_interaction": "Choir serves no late-interaction scoring",
 }

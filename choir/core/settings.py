@@ -180,6 +180,9 @@ class Settings:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    docs: bool = True  # /schema (the spec and Swagger UI); off: vLLM's --disable-fastapi-docs
+    quiet_paths: tuple[str, ...] = ()  # requests to these paths are counted, not logged (vLLM's
+    # --disable-access-log-for-endpoints)
     # The environment with .env merged in: the engine takes its VLLM_* variables from here.
     environ: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -276,6 +279,8 @@ class Settings:
             allowed_methods=_listed(env, "CHOIR_ALLOWED_METHODS", ("*",)),
             allowed_headers=_listed(env, "CHOIR_ALLOWED_HEADERS", ("*",)),
             allow_credentials=_boolean(env, "CHOIR_ALLOW_CREDENTIALS", False),
+            docs=_boolean(env, "CHOIR_DOCS", True),
+            quiet_paths=_listed(env, "CHOIR_QUIET_PATHS", ()),
             environ=env,
         )
         settings.check_model_names()
