@@ -214,3 +214,47 @@ def test_litestar_run_finds_the_app_as_the_env_example_names_it(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "/v1/chat/completions" in result.stdout and "/v1/messages" in result.stdout
+
+
+PLUGIN = '''
+from vllm.tool_parsers import ToolParser, ToolParserManager
+
+
+@ToolParserManager.register_module("choir-test-parser")
+class ChoirTestParser(ToolParser):
+    pass
+'''
+
+
+def test_a_tool_parser_plugin_registers_its_parser(parser, tmp_path):
+    """vLLM's --tool-parser-plugin: the file is imported before the parser's name is looked up (in each API
+    process: the parsers plugin's check imports it there)."""
+    plugin = tmp_path / "my_parsers.py"
+    plugin.write_text(PLUGIN)
+    settings = settings_of(["models/choir-tiny", "--enable-auto-tool-choice", "--tool-call-parser",
+                            "choir-test-parser", "--tool-parser-plugin", str(plugin)])
+    assert settings.tool_parser_plugin == str(plugin) and settings.parser_plugins == (str(plugin),)
+    backend.check_parser_names(None, settings.tool_parser, settings.parser_plugins)
+    from choir.engine.vllm.parsers import parser_classes
+
+    assert parser_classes(None, "choir-test-parser")[1].__name__ == "ChoirTestParser"
+
+
+def test_a_parser_plugin_that_is_not_a_file_is_one_line(parser, tmp_path):
+    with pytest.raises(SettingsError, match="CHOIR_TOOL_PARSER_PLUGIN='.*nothing.py' is not a file"):
+        settings_of(["--tool-parser-plugin", str(tmp_path / "nothing.py")])
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('broken plugin')\n")
+    with pytest.raises(SettingsError, match="cannot be imported: broken plugin"):
+        backend.check_parser_names(None, "hermes", (str(broken),))
+
+
+def test_the_reasoning_parser_plugin_reaches_the_engine_from_choirs_setting(parser, tmp_path):
+    from choir.engine.vllm.args import engine_argv
+
+    plugin = tmp_path / "reasoning.py"
+    plugin.write_text("")
+    settings = settings_of(["models/choir-tiny", "--reasoning-parser-plugin", str(plugin)])
+    assert "--reasoning-parser-plugin" not in settings.engine_args  # Choir's setting, not a pass-through
+    argv = engine_argv(settings)
+    assert argv[argv.index("--reasoning-parser-plugin") + 1] == str(plugin)

@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
         route_handlers=[*ROUTE_HANDLERS, docs_assets_router()] if settings.docs else ROUTE_HANDLERS,
         # The data path (the pipeline): fan-out → engine → aggregation. SpecPlugin last: it binds every handler.
         plugins=[AuthPlugin(AuthConfig(settings.api_keys, settings.protect_docs, settings.protect_metrics)),
-                 ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine),
+                 ParsersPlugin(settings.reasoning_parser, settings.tool_parser, engine, settings.parser_plugins),
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
                                        settings.fanout_placement), engine,
                                 RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage,

@@ -77,6 +77,8 @@ SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "served_model_name": ("CHOIR_SERVED_MODEL_NAME", _joined),
     "reasoning_parser": ("CHOIR_REASONING_PARSER", str),
     "tool_call_parser": ("CHOIR_TOOL_PARSER", str),
+    "tool_parser_plugin": ("CHOIR_TOOL_PARSER_PLUGIN", str),
+    "reasoning_parser_plugin": ("CHOIR_REASONING_PARSER_PLUGIN", str),
     "api_key": ("CHOIR_API_KEY", _joined),
     "lora_modules": ("CHOIR_LORA_MODULES", _lora),
     "api_server_count": ("CHOIR_API_SERVERS", str),
@@ -118,7 +120,6 @@ REFUSED = {
     "grpc_port": "Choir serves HTTP only",
     "trust_request_chat_template": "Choir never renders a chat template a request brings",
     "exclude_tools_when_tool_choice_none": "Choir renders the tools whatever tool_choice says",
-    "tool_parser_plugin": "Choir serves the tool parsers vLLM registers itself",
     "tool_strict_level": "Choir has no tool strictness levels",
     "tool_server": "Choir serves no built-in tools",
     "enable_per_request_metrics": "Choir's /metrics has no per-request series",
@@ -143,7 +144,7 @@ REFUSED = {
     "enable_flash_late_interaction": "Choir serves no late-interaction scoring",
 }
 # Engine options Choir sets from its own settings (SETTINGS), never passed as they are.
-CHOIR_TAKES = frozenset(("model", "served_model_name", "reasoning_parser"))
+CHOIR_TAKES = frozenset(("model", "served_model_name", "reasoning_parser", "reasoning_parser_plugin"))
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def _check_before_engines(settings: Settings) -> None:
     from choir.plugins.spec import SpecConfig
 
     _ = SpecConfig(compat=settings.compat).operation_rules
-    backend.check_parser_names(settings.reasoning_parser, settings.tool_parser)
+    backend.check_parser_names(settings.reasoning_parser, settings.tool_parser, settings.parser_plugins)
 
 
 def help_text() -> str:

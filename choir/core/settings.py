@@ -28,7 +28,8 @@ DEFAULT_STORE_URL = f"sqlite+aiosqlite:///{Path('.choir').absolute() / 'store.sq
 DEFAULT_STORE_TTL = 30 * 24 * 3600  # as long as OpenAI keeps a stored response
 # Engine flags Choir sets from its own settings (its serving side needs the same values).
 OWN_FLAGS = {"--model": "CHOIR_MODEL", "--served-model-name": "CHOIR_SERVED_MODEL_NAME",
-             "--reasoning-parser": "CHOIR_REASONING_PARSER"}
+             "--reasoning-parser": "CHOIR_REASONING_PARSER",
+             "--reasoning-parser-plugin": "CHOIR_REASONING_PARSER_PLUGIN"}
 # vLLM's front-end flags Choir reads from CHOIR_ENGINE_ARGS itself (the engine's parser knows neither).
 API_SERVER_COUNT_FLAGS = ("--api-server-count", "-asc")
 HEADLESS_FLAG = "--headless"
@@ -147,6 +148,9 @@ class Settings:
     protect_docs: bool = False
     protect_metrics: bool = False
     tool_parser: str | None = None
+    # Files that register parsers of their own (vLLM's --tool-parser-plugin and --reasoning-parser-plugin).
+    tool_parser_plugin: str | None = None
+    reasoning_parser_plugin: str | None = None
     reasoning_parser: str | None = None
     lora_modules: tuple[LoraModule, ...] = ()
     allow_runtime_lora: bool = False
@@ -194,6 +198,10 @@ class Settings:
     def models(self) -> tuple[RoleModel, ...]:
         """Every engine's model, generation's first: the engines Choir starts."""
         return self.generation, *self.pooling
+
+    @property
+    def parser_plugins(self) -> tuple[str, ...]:
+        return tuple(filter(None, (self.tool_parser_plugin, self.reasoning_parser_plugin)))
 
     @property
     def is_bundled_model(self) -> bool:
@@ -255,6 +263,8 @@ class Settings:
             protect_docs=_boolean(env, "CHOIR_PROTECT_DOCS", False),
             protect_metrics=_boolean(env, "CHOIR_PROTECT_METRICS", False),
             tool_parser=env.get("CHOIR_TOOL_PARSER") or None,
+            tool_parser_plugin=_file(env, "CHOIR_TOOL_PARSER_PLUGIN"),
+            reasoning_parser_plugin=_file(env, "CHOIR_REASONING_PARSER_PLUGIN"),
             reasoning_parser=env.get("CHOIR_REASONING_PARSER") or None,
             lora_modules=_lora_modules(env.get("CHOIR_LORA_MODULES", "")),
             allow_runtime_lora=_boolean(env, "CHOIR_ALLOW_RUNTIME_LORA", False),
@@ -431,6 +441,15 @@ def _store_ttl(env: dict[str, str]) -> int | None:
     if ttl < 0:
         raise SettingsError(f"CHOIR_STORE_TTL={raw!r} must be 0 (keep until deleted) or more seconds.")
     return ttl or None
+
+
+def _file(env: dict[str, str], name: str) -> str | None:
+    path = env.get(name)
+    if not path:
+        return None
+    if not Path(path).expanduser().is_file():
+        raise SettingsError(f"{name}={path!r} is not a file.")
+    return str(Path(path).expanduser())
 
 
 def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:

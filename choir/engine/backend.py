@@ -30,11 +30,12 @@ def start_role(settings: Settings, model: RoleModel,
     return start_vllm_role(settings, model, client)
 
 
-def check_parser_names(reasoning: str | None, tool: str | None) -> None:
-    """SettingsError naming the parsers vLLM knows, for a name it lacks (before any engine starts)."""
+def check_parser_names(reasoning: str | None, tool: str | None, plugins: tuple[str, ...] = ()) -> None:
+    """SettingsError naming the parsers vLLM knows, for a name it lacks (before any engine starts), after
+    importing the parser plugins (files that register parsers of their own) in this process."""
     from choir.engine.vllm.parsers import parser_classes
 
-    parser_classes(reasoning, tool)
+    parser_classes(reasoning, tool, plugins)
 
 
 def check_version(environ: Mapping[str, str]) -> None:

@@ -15,10 +15,11 @@ from choir.plugins.engine.config import EngineConfig
 
 
 class ParsersPlugin(InitPlugin):
-    __slots__ = ("engines", "reasoning", "tool")
+    __slots__ = ("engines", "plugins", "reasoning", "tool")
 
-    def __init__(self, reasoning: str | None, tool: str | None, engines: EngineConfig) -> None:
-        self.reasoning, self.tool, self.engines = reasoning, tool, engines
+    def __init__(self, reasoning: str | None, tool: str | None, engines: EngineConfig,
+                 plugins: tuple[str, ...] = ()) -> None:
+        self.reasoning, self.tool, self.engines, self.plugins = reasoning, tool, engines, plugins
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         if self.reasoning or self.tool:
@@ -28,7 +29,7 @@ class ParsersPlugin(InitPlugin):
 
     @asynccontextmanager
     async def _names_known(self, app: Litestar) -> AsyncIterator[None]:
-        check_parser_names(self.reasoning, self.tool)  # a SettingsError: one line (choir/app/asgi.py)
+        check_parser_names(self.reasoning, self.tool, self.plugins)  # a SettingsError: one line (choir/app/asgi.py)
         yield
 
     def _build(self, app: Litestar) -> None:

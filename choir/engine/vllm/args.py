@@ -29,6 +29,8 @@ def engine_argv(settings: Settings, on_cpu: bool = False) -> list[str]:
     # The engine's structured outputs must know the reasoning parser to constrain only what follows the
     # reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
     reasoning = ("--reasoning-parser", settings.reasoning_parser) if settings.reasoning_parser else ()
+    if settings.reasoning_parser_plugin:  # the engine imports it too, to know the parser's name
+        reasoning = (*reasoning, "--reasoning-parser-plugin", settings.reasoning_parser_plugin)
     structured = () if any(arg.startswith("--structured-outputs-config") for arg in user) \
         else STRUCTURED_OUTPUT_ENGINE_ARGS
     platform = CPU_ENGINE_ARGS if on_cpu else ()

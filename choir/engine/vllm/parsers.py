@@ -8,6 +8,7 @@ whole-text parse, so that what a client assembles from the stream equals the non
 (a parser may hold back text that only looked like the start of a marker: it comes out then).
 """
 
+import os
 from typing import Any
 
 import msgspec
@@ -98,11 +99,25 @@ class BoundParsers:
         return parsers.reasoning(parsers.tokenizer, chat_template_kwargs=dict(self.template_kwargs))
 
 
-def parser_classes(reasoning: str | None, tool: str | None) -> tuple[type | None, type | None]:
-    """The parser classes of these names; SettingsError naming the known ones for a name vLLM lacks."""
+_IMPORTED: set[str] = set()  # parser plugins imported in this process
+
+
+def parser_classes(reasoning: str | None, tool: str | None,
+                   plugins: tuple[str, ...] = ()) -> tuple[type | None, type | None]:
+    """The parser classes of these names, after importing `plugins` (vLLM's --tool-parser-plugin and
+    --reasoning-parser-plugin files, which register parsers of their own); SettingsError naming the known ones
+    for a name vLLM lacks."""
     from vllm.reasoning import ReasoningParserManager
     from vllm.tool_parsers import ToolParserManager
+    from vllm.utils.import_utils import import_from_path
 
+    for plugin in plugins:
+        if plugin not in _IMPORTED:
+            try:  # as vLLM's import_plugin, but a failure stops start-up (vLLM's logs it and goes on)
+                import_from_path(os.path.splitext(os.path.basename(plugin))[0], plugin)
+            except Exception as exc:
+                raise SettingsError(f"The parser plugin {plugin} cannot be imported: {exc}") from None
+            _IMPORTED.add(plugin)
     return (_lookup(ReasoningParserManager, reasoning, "CHOIR_REASONING_PARSER"),
             _lookup(ToolParserManager, tool, "CHOIR_TOOL_PARSER"))
 
