@@ -11,6 +11,7 @@ cores, or engine cores alone, as `vllm serve` runs them.
 
 import os
 import sys
+import textwrap
 from typing import Any
 
 from choir.cli import flags
@@ -25,8 +26,10 @@ Choir's OpenAI- and Anthropic-compatible API over vLLM's engine.
 Every `vllm serve` option is accepted, read by vLLM's own parser:
   - engine options (--max-model-len, --tensor-parallel-size, --gpu-memory-utilization, ...) reach the engine
     unchanged (after CHOIR_ENGINE_ARGS);
-  - front-end options set the Choir setting that does the same: {mapped};
-  - uvicorn's: {uvicorn};
+  - front-end options set the Choir setting that does the same:
+{mapped};
+  - uvicorn's:
+{uvicorn};
   - an option Choir cannot honour stops start-up with one line naming it.
   `choir serve --help=all` lists vLLM's options; `--help=Frontend`, `--help=ModelConfig`, ... one group.
 
@@ -94,11 +97,15 @@ def help_text() -> str:
     def option(dest: str) -> str:
         return "--" + dest.replace("_", "-")
 
-    mapped = ", ".join(option(dest) for dest in flags.SETTINGS if dest != "model_tag")
+    def listed(options: list[str]) -> str:
+        return textwrap.fill(", ".join(options), width=110, initial_indent=" " * 4, subsequent_indent=" " * 4,
+                             break_on_hyphens=False)
+
+    mapped = listed([option(dest) for dest in flags.SETTINGS if dest != "model_tag"])
     own = "\n".join(f"  {flag:<28} {what.removesuffix('[boolean]').strip()} ({variable})"
                     + (f"; {flag.replace('--', '--no-', 1)} turns it off" if what.endswith("[boolean]") else "")
                     for flag, variable, what in flags.CHOIR_FLAGS)
-    return HELP.format(mapped=mapped, uvicorn=", ".join(map(option, flags.UVICORN)), own=own)
+    return HELP.format(mapped=mapped, uvicorn=listed([option(dest) for dest in flags.UVICORN]), own=own)
 
 
 if __name__ == "__main__":
