@@ -15,11 +15,14 @@ from typing import Any, cast
 import msgspec
 
 from choir.app.errors import error_for
+from choir.app.serving import reasoning_blob
 from choir.app.serving.chat import ChatJob
 from choir.app.serving.chat_output import MessageParts
+from choir.app.serving.response_tools import call_item, callables, custom_input
 from choir.core.protocol.chat import TokenLogprob
 from choir.core.protocol.responses import (
     ConversationRef,
+    CustomToolCallOutput,
     DeltaLogprob,
     DeltaTopLogprob,
     FunctionCallOutput,
@@ -41,6 +44,8 @@ from choir.core.protocol.responses import (
 
 _encode = msgspec.json.encode
 Event = tuple[str, bytes]  # an SSE event's name (the event type) and its JSON data
+ENCRYPTED_REASONING = "reasoning.encrypted_content"  # the `include` value that asks for it
+CallItem = FunctionCallOutput | CustomToolCallOutput
 
 
 def _item_id(prefix: str) -> str:
@@ -52,11 +57,14 @@ class ResponseBuilder:
         self.job, self.request, self.store = job, request, store  # store: the response will be stored
         self.sequence = 0
         self.closed: Response | None = None  # the response as it ended (completed or incomplete)
-        self.output: list[OutputMessage | FunctionCallOutput | ReasoningOutput] = []
+        self.output: list[OutputMessage | CallItem | ReasoningOutput] = []
         self.reasoning: ReasoningOutput | None = None  # the reasoning item being streamed, if any
         self.text: OutputMessage | None = None  # the message item being streamed, if any
-        self.calls: dict[int, FunctionCallOutput] = {}  # streamed tool calls by their delta index
+        self.calls: dict[int, CallItem] = {}  # streamed tool calls by their delta index
+        self.tools = callables(request.tools)  # what a call's name means: a function, namespaced, or custom
+        self.encrypt_reasoning = ENCRYPTED_REASONING in (request.include or ())
         self.pending: dict[int, Any] = {}  # a call's header, until its arguments begin (then it is an item)
+        self.custom_arguments: dict[int, str] = {}  # a custom tool call's arguments, until it is done
 
     def response(self, status: ResponseStatus, **fields: Any) -> Response:
         request = self.request
@@ -83,15 +91,17 @@ class ResponseBuilder:
         arguments (a forced call that never began). `logprobs`: every output token's."""
         status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         if parts.reasoning:
-            self.output.append(ReasoningOutput(id=_item_id("rs"), status=status,
-                                               content=[ReasoningText(text=parts.reasoning)]))
+            reasoning = ReasoningOutput(id=_item_id("rs"), status=status, content=[ReasoningText(text=parts.reasoning)])
+            if self.encrypt_reasoning:
+                reasoning.encrypted_content = reasoning_blob.encode(parts.reasoning)
+            self.output.append(reasoning)
         if parts.content:
             self.output.append(OutputMessage(id=_item_id("msg"), status=status,
                                              content=[OutputText(text=parts.content, logprobs=logprobs or [])]))
         for call in parts.tool_calls:
             if call.function.arguments:
-                self.output.append(FunctionCallOutput(id=_item_id("fc"), call_id=call.id, name=call.function.name,
-                                                      arguments=call.function.arguments, status="completed"))
+                self.output.append(call_item(_item_id("fc"), call.id, call.function.name, call.function.arguments,
+                                             "completed", self.tools))
         return self._closing_response(status, output_tokens, reasoning_tokens, cached)
 
     def _closing_response(self, status: ItemStatus, output_tokens: int, reasoning_tokens: int | None,
@@ -149,8 +159,8 @@ class ResponseBuilder:
                cached: int | None = None) -> list[Event]:
         status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         events = self._close_reasoning(status) + self._close_text(status)
-        for call in self.calls.values():
-            events += self._close_call(call)
+        for index, call in self.calls.items():
+            events += self._close_call(index, call)
         # OpenAI ends an incomplete response with its own event; vLLM with response.completed (the profile's say)
         kind = "response.completed" if status == "completed" else self.incomplete_event
         return [*events, self._event(kind, response=self._closing_response(status, output_tokens,
@@ -187,6 +197,8 @@ class ResponseBuilder:
 
     def _close_reasoning(self, status: ItemStatus) -> list[Event]:
         item, self.reasoning = self.reasoning, None
+        if item is not None and self.encrypt_reasoning:
+            item.encrypted_content = reasoning_blob.encode(item.content[0].text)
         return self._close(item, status, "response.reasoning_text.done") if item else []
 
     def _open(self, item: OutputMessage | ReasoningOutput, part: OutputText | ReasoningText) -> list[Event]:
@@ -218,23 +230,31 @@ class ResponseBuilder:
                 return events
             events += self._close_text("completed")  # a call after text ends the text
             name = header.function.name if isinstance(header.function.name, str) else ""
-            item = FunctionCallOutput(id=_item_id("fc"), call_id=header.id or _item_id("call"), name=name,
-                                      arguments="", status="in_progress")
+            item = call_item(_item_id("fc"), header.id or _item_id("call"), name, "", "in_progress", self.tools)
             self.calls[call.index] = item
             self.output.append(item)
             events.append(self._event("response.output_item.added", output_index=self._index(item), item=item))
         if arguments:
+            if isinstance(item, CustomToolCallOutput):
+                # Its text is read from the whole arguments (a JSON object): said once they are complete
+                self.custom_arguments[call.index] = self.custom_arguments.get(call.index, "") + arguments
+                return events
             item.arguments += arguments
             events.append(self._event("response.function_call_arguments.delta", item_id=item.id,
                                       output_index=self._index(item), delta=arguments))
         return events
 
-    def _close_call(self, item: FunctionCallOutput) -> list[Event]:
+    def _close_call(self, index: int, item: CallItem) -> list[Event]:
         item.status = "completed"
-        index = self._index(item)
-        return [self._event("response.function_call_arguments.done", item_id=item.id, output_index=index,
-                            arguments=item.arguments),
-                self._event("response.output_item.done", output_index=index, item=item)]
+        position = self._index(item)
+        if isinstance(item, CustomToolCallOutput):
+            item.input = custom_input(self.custom_arguments.pop(index, ""))
+            done = self._event("response.custom_tool_call_input.done", item_id=item.id, output_index=position,
+                               input=item.input)
+        else:
+            done = self._event("response.function_call_arguments.done", item_id=item.id, output_index=position,
+                               arguments=item.arguments)
+        return [done, self._event("response.output_item.done", output_index=position, item=item)]
 
 
 def _delta_logprobs(logprobs: list[TokenLogprob] | None) -> list[DeltaLogprob]:

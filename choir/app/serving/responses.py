@@ -11,22 +11,29 @@ from typing import Any
 
 import msgspec
 
+from choir.app.serving import reasoning_blob
 from choir.app.serving.chat import ChatJob, choice_logprobs, plan_chat
 from choir.app.serving.counts import TokenCounts
 from choir.app.serving.response_events import Event, ResponseBuilder
+from choir.app.serving.response_tools import callables, chat_tool_choice, chat_tools, custom_arguments, flat_name
 from choir.app.serving.streaming import Outbox, named_frame
 from choir.core.errors import APIError, PromptTooLong, bad_request
 from choir.core.protocol import parse_strict
 from choir.core.protocol.chat import ChatCompletionRequest, JsonSchemaFormat
 from choir.core.protocol.responses import (
+    CustomToolCallInput,
+    CustomToolCallOutputInput,
     FunctionCallInput,
     FunctionCallOutputInput,
     InputImage,
     InputMessage,
     JsonSchemaTextFormat,
+    LocalShellCallInput,
+    LocalShellCallOutputInput,
     ReasoningInput,
     Response,
     ResponsesRequest,
+    ToolOutputPart,
 )
 from choir.plugins.aggregation import Aggregator, cached_tokens
 from choir.plugins.media import ImageRefused
@@ -34,7 +41,10 @@ from choir.plugins.pipeline import Pipeline
 
 LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for them
 _ITEM_TYPES = {"message": InputMessage, "function_call": FunctionCallInput,
-               "function_call_output": FunctionCallOutputInput, "reasoning": ReasoningInput}
+               "function_call_output": FunctionCallOutputInput, "reasoning": ReasoningInput,
+               "custom_tool_call": CustomToolCallInput, "custom_tool_call_output": CustomToolCallOutputInput,
+               "local_shell_call": LocalShellCallInput, "local_shell_call_output": LocalShellCallOutputInput}
+_TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 # The chat fields a Responses request sets, by their Responses names: an error about one names the
 # field the client sent.
 _RESPONSES_NAMES = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
@@ -62,14 +72,13 @@ def to_chat(request: ResponsesRequest, history: list[dict[str, Any]] | None = No
                             "chat_template_kwargs": request.chat_template_kwargs}
     if LOGPROBS in (request.include or ()):
         body["logprobs"], body["top_logprobs"] = True, request.top_logprobs
-    if request.tools:
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                           "parameters": t.parameters, "strict": t.strict}}
-                         for t in request.tools]
+    offered = chat_tools(request.tools)  # hosted tools (web_search, ...) are not offered: Choir hosts none
+    if offered:
+        body["tools"] = offered
     choice = request.tool_choice
-    if choice == "auto" and not request.tools:
+    if choice == "auto" and not offered:
         choice = None  # OpenAI's default, whether or not there are tools
-    body["tool_choice"] = {"type": "function", "function": {"name": choice.name}} \
+    body["tool_choice"] = chat_tool_choice(choice, callables(request.tools)) \
         if isinstance(choice, msgspec.Struct) else choice
     chat = parse_strict({k: v for k, v in body.items() if v is not None}, ChatCompletionRequest)
     text_format = request.text.format if request.text else None
@@ -119,31 +128,67 @@ def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
     except msgspec.ValidationError as exc:
         raise bad_request(f"Invalid item {where}: {exc}", where) from None
     if isinstance(parsed, ReasoningInput):
-        if parsed.encrypted_content is not None:
-            raise bad_request("Encrypted reasoning is not supported: send its text in `content`.",
-                              f"{where}.encrypted_content")
-        parts = parsed.content or parsed.summary
-        return {"role": "assistant", "reasoning": "".join(part.text for part in parts)}
-    if isinstance(parsed, FunctionCallInput):
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": parsed.call_id, "type": "function",
-             "function": {"name": parsed.name, "arguments": parsed.arguments}}]}
-    if isinstance(parsed, FunctionCallOutputInput):
-        return {"role": "tool", "tool_call_id": parsed.call_id, "content": parsed.output}
+        return {"role": "assistant", "reasoning": _reasoning(where, parsed)}
+    if isinstance(parsed, FunctionCallInput | CustomToolCallInput | LocalShellCallInput):
+        return {"role": "assistant", "content": None, "tool_calls": [_tool_call(parsed)]}
+    if isinstance(parsed, FunctionCallOutputInput | CustomToolCallOutputInput):
+        return {"role": "tool", "tool_call_id": parsed.call_id, "content": _tool_output(where, parsed.output)}
+    if isinstance(parsed, LocalShellCallOutputInput):
+        return {"role": "tool", "tool_call_id": parsed.id, "content": parsed.output}
     if isinstance(parsed.content, str):
         return {"role": parsed.role, "content": parsed.content}
     if not any(isinstance(part, InputImage) for part in parsed.content):
         return {"role": parsed.role, "content": "".join(part.text for part in parsed.content)}
+    return {"role": parsed.role, "content": _chat_parts(f"{where}.content", parsed.content)}
+
+
+def _chat_parts(where: str, parts: list[Any]) -> list[dict[str, Any]]:
     chat_parts: list[dict[str, Any]] = []
-    for j, part in enumerate(parsed.content):
+    for j, part in enumerate(parts):
         if not isinstance(part, InputImage):
             chat_parts.append({"type": "text", "text": part.text})
         elif part.image_url is None:
             raise bad_request("An image by `file_id` needs a Files API, which this server has not: send `image_url` "
-                              "(a data URL, or an http(s) URL).", f"{where}.content[{j}]")
+                              "(a data URL, or an http(s) URL).", f"{where}[{j}]")
         else:
             chat_parts.append({"type": "image_url", "image_url": {"url": part.image_url}})
-    return {"role": parsed.role, "content": chat_parts}
+    return chat_parts
+
+
+def _reasoning(where: str, item: ReasoningInput) -> str:
+    """The reasoning's text: its content (or summary), else what Choir put in its `encrypted_content`."""
+    parts = item.content or item.summary
+    if parts:
+        return "".join(part.text for part in parts)
+    if not item.encrypted_content:
+        return ""
+    text = reasoning_blob.decode(item.encrypted_content)
+    if text is None:
+        raise bad_request(f"{where}: this server cannot read the item's encrypted_content: it was not made here, or "
+                          "is damaged. Send the reasoning's text in `content`, or leave the item out.",
+                          f"{where}.encrypted_content")
+    return text
+
+
+def _tool_call(item: FunctionCallInput | CustomToolCallInput | LocalShellCallInput) -> dict[str, Any]:
+    """An earlier call, as the chat tool call the model made (under the name it was offered)."""
+    if isinstance(item, FunctionCallInput):
+        name, arguments = flat_name(item.name, item.namespace), item.arguments
+    elif isinstance(item, CustomToolCallInput):
+        name, arguments = flat_name(item.name, item.namespace), custom_arguments(item.input)
+    else:
+        name, arguments = "local_shell", msgspec.json.encode(item.action).decode()
+    call_id = item.call_id if not isinstance(item, LocalShellCallInput) else (item.call_id or item.id or "")
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _tool_output(where: str, output: str | list[ToolOutputPart]) -> str | list[dict[str, Any]]:
+    """A tool's result: text, or its parts (images for a vision-language model)."""
+    if isinstance(output, str):
+        return output
+    if not any(isinstance(part, InputImage) for part in output):
+        return "".join(part.text for part in output if not isinstance(part, InputImage))
+    return _chat_parts(f"{where}.output", output)
 
 
 def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None) -> list[str]:
@@ -151,15 +196,21 @@ def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None)
     stored = "conversation" if request.conversation is not None else "previous_response_id"
     names = [stored for item in history or () for _ in _images(item)]
     if not isinstance(request.input, str):
-        names += [f"input[{i}].content[{j}]" for i, item in enumerate(request.input) for j in _images(item)]
+        names += [f"input[{i}].{field}[{j}]" for i, item in enumerate(request.input)
+                  for field, j in _images(item)]
     return names
 
 
-def _images(item: Any) -> list[int]:
-    content = item.get("content") if isinstance(item, dict) and item.get("type", "message") == "message" else None
-    if not isinstance(content, list):
+def _images(item: Any) -> list[tuple[str, int]]:
+    """Where a message's (or a tool output's) images are: (its field, each one's index)."""
+    if not isinstance(item, dict):
         return []
-    return [j for j, part in enumerate(content) if isinstance(part, dict) and part.get("type") == "input_image"]
+    kind = item.get("type", "message")
+    field = "content" if kind == "message" else "output" if kind in _TOOL_OUTPUTS else None
+    parts = item.get(field) if field is not None else None
+    if field is None or not isinstance(parts, list):
+        return []
+    return [(field, j) for j, part in enumerate(parts) if isinstance(part, dict) and part.get("type") == "input_image"]
 
 
 async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str, created: int,

@@ -24,7 +24,7 @@ class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=Tr
 
     image_url: str | None = None
     file_id: str | None = None
-    detail: Literal["auto", "low", "high"] = "auto"
+    detail: Literal["auto", "low", "high", "original"] | None = "auto"
 
 
 class InputMessage(msgspec.Struct, kw_only=True):
@@ -34,23 +34,74 @@ class InputMessage(msgspec.Struct, kw_only=True):
 
 
 class FunctionCallInput(msgspec.Struct, kw_only=True):
-    """A call the model made in an earlier turn."""
+    """A call the model made in an earlier turn (`namespace`: the namespace tool its function is in)."""
 
     type: Literal["function_call"]
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None
     id: str | None = None
     status: str | None = None
 
 
+ToolOutputPart = InputText | InputImage
+
+
 class FunctionCallOutputInput(msgspec.Struct, kw_only=True):
-    """The result of such a call."""
+    """The result of such a call: text, or parts (text and images)."""
 
     type: Literal["function_call_output"]
     call_id: str
-    output: str
+    output: str | list[ToolOutputPart]
     id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallInput(msgspec.Struct, kw_only=True):
+    """A call of a custom (freeform) tool the model made in an earlier turn: its input is text."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallOutputInput(msgspec.Struct, kw_only=True):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[ToolOutputPart]
+    name: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class LocalShellAction(msgspec.Struct, kw_only=True):
+    type: Literal["exec"] = "exec"
+    command: list[str]
+    timeout_ms: int | None = None
+    working_directory: str | None = None
+    env: dict[str, str] | None = None
+    user: str | None = None
+
+
+class LocalShellCallInput(msgspec.Struct, kw_only=True):
+    """A call of the built-in local shell tool from an earlier turn (a client that runs it sends it back)."""
+
+    type: Literal["local_shell_call"]
+    call_id: str | None = None
+    id: str | None = None
+    action: LocalShellAction
+    status: str | None = None
+
+
+class LocalShellCallOutputInput(msgspec.Struct, kw_only=True):
+    type: Literal["local_shell_call_output"]
+    id: str  # the call's
+    output: str
     status: str | None = None
 
 
@@ -70,7 +121,8 @@ class ReasoningInput(msgspec.Struct, kw_only=True):
     content: list[ReasoningText] | None = None
     id: str | None = None
     status: str | None = None
-    encrypted_content: str | None = None  # refused: Choir has no key to decrypt it
+    # Choir's own (given with include ["reasoning.encrypted_content"]) is read back; any other is refused.
+    encrypted_content: str | None = None
 
 
 class ReasoningConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -79,17 +131,104 @@ class ReasoningConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the older name of `summary`
 
 
-class FunctionTool(msgspec.Struct, kw_only=True):
-    type: Literal["function"]
-    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+ToolName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class FunctionTool(msgspec.Struct, tag_field="type", tag="function", kw_only=True):
+    name: ToolName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
+class CustomTool(msgspec.Struct, tag_field="type", tag="custom", kw_only=True, omit_defaults=True):
+    """A freeform tool: the model calls it with text, not JSON (`format`: {"type": "text"}, or {"type": "grammar",
+    "syntax": "lark" | "regex", "definition": ...}, which the model is shown and not held to)."""
+
+    name: ToolName
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class NamespaceTool(msgspec.Struct, tag_field="type", tag="namespace", kw_only=True, omit_defaults=True):
+    """Tools grouped under a name: each is offered to the model, and its calls come back with `namespace`."""
+
+    name: ToolName
+    description: str | None = None
+    tools: list[FunctionTool | CustomTool]
+
+
+class BuiltInTool(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """One of OpenAI's hosted tools. Choir hosts none of them: the model is not offered it, as OpenAI's API does
+    with a tool it does not offer, and the request is served without it."""
+
+
+class WebSearchTool(BuiltInTool, tag="web_search"):
+    external_web_access: bool | None = None
+    filters: dict[str, Any] | None = None
+    user_location: dict[str, Any] | None = None
+    search_context_size: str | None = None
+
+
+class WebSearchPreviewTool(WebSearchTool, tag="web_search_preview"):
+    pass
+
+
+class WebSearchDatedTool(WebSearchTool, tag="web_search_2025_08_26"):
+    pass
+
+
+class WebSearchPreviewDatedTool(WebSearchTool, tag="web_search_preview_2025_03_11"):
+    pass
+
+
+class FileSearchTool(BuiltInTool, tag="file_search"):
+    pass
+
+
+class CodeInterpreterTool(BuiltInTool, tag="code_interpreter"):
+    pass
+
+
+class ComputerUseTool(BuiltInTool, tag="computer_use_preview"):
+    pass
+
+
+class ImageGenerationTool(BuiltInTool, tag="image_generation"):
+    pass
+
+
+class LocalShellTool(BuiltInTool, tag="local_shell"):
+    pass
+
+
+class ShellTool(BuiltInTool, tag="shell"):
+    pass
+
+
+class ApplyPatchTool(BuiltInTool, tag="apply_patch"):
+    pass
+
+
+class McpTool(BuiltInTool, tag="mcp"):
+    pass
+
+
+class ToolSearchTool(BuiltInTool, tag="tool_search"):
+    pass
+
+
+Tool = (FunctionTool | CustomTool | NamespaceTool | WebSearchTool | WebSearchPreviewTool | WebSearchDatedTool
+        | WebSearchPreviewDatedTool | FileSearchTool | CodeInterpreterTool | ComputerUseTool | ImageGenerationTool
+        | LocalShellTool | ShellTool | ApplyPatchTool | McpTool | ToolSearchTool)
+
+
 class FunctionToolChoice(msgspec.Struct, kw_only=True):
-    type: Literal["function"]
+    """A named function (`namespace`: the namespace tool it is in), or a named custom tool."""
+
+    type: Literal["function", "custom"]
     name: str
+    namespace: str | None = None
 
 
 class JsonSchemaTextFormat(msgspec.Struct, tag_field="type", tag="json_schema", kw_only=True):
@@ -121,7 +260,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
     stream: bool = False
-    tools: list[FunctionTool] | None = None
+    tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
@@ -140,6 +279,14 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     truncation: Literal["auto", "disabled"] = "disabled"  # auto: the oldest turns dropped to fit the context
     user: str | None = None
     metadata: dict[str, str] | None = None
+    # Accepted: a hint that requests sharing it share a prefix (with data-parallel engines, they go to one rank);
+    # what a client says of itself; the rest OpenAI's, with nothing here for them to change.
+    prompt_cache_key: str | None = None
+    client_metadata: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    max_tool_calls: Annotated[int, Meta(ge=0)] | None = None  # of hosted tools: Choir hosts none
 
     @property
     def conversation_id(self) -> str | None:
@@ -182,6 +329,16 @@ class FunctionCallOutput(msgspec.Struct, tag_field="type", tag="function_call", 
     name: str
     arguments: str
     status: ItemStatus
+    namespace: str | UnsetType = UNSET  # the namespace tool the function is in
+
+
+class CustomToolCallOutput(msgspec.Struct, tag_field="type", tag="custom_tool_call", kw_only=True):
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: ItemStatus
+    namespace: str | UnsetType = UNSET
 
 
 class ReasoningOutput(msgspec.Struct, tag_field="type", tag="reasoning", kw_only=True):
@@ -189,9 +346,12 @@ class ReasoningOutput(msgspec.Struct, tag_field="type", tag="reasoning", kw_only
     status: ItemStatus
     summary: list[SummaryText] = []
     content: list[ReasoningText]
+    # With include ["reasoning.encrypted_content"]: the reasoning in a form Choir reads back (not secret: the
+    # text is in `content` too), for clients that keep nothing (store: false) and send it back.
+    encrypted_content: str | UnsetType = UNSET
 
 
-OutputItem = OutputMessage | FunctionCallOutput | ReasoningOutput
+OutputItem = OutputMessage | FunctionCallOutput | CustomToolCallOutput | ReasoningOutput
 
 
 class InputTokensDetails(msgspec.Struct):
@@ -235,7 +395,7 @@ class Response(msgspec.Struct, kw_only=True):
     top_p: float | None = None
     parallel_tool_calls: bool = True
     tool_choice: Any = "auto"
-    tools: list[FunctionTool] = []
+    tools: list[Tool] = []
     top_logprobs: int | None = None
     store: bool = False  # whether it is stored (GET /v1/responses/{id}, previous_response_id)
     background: bool = False
@@ -261,6 +421,7 @@ class ResponseEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     delta: str | UnsetType = UNSET
     text: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
+    input: str | UnsetType = UNSET  # response.custom_tool_call_input.done
     logprobs: list[DeltaLogprob] | UnsetType = UNSET
 
 
