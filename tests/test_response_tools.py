@@ -186,3 +186,16 @@ def test_accepted_fields_are_not_unknown(client, caplog):
                                        "prompt_cache_retention": "24h", "max_tool_calls": 2})
     assert response.status_code == 200
     assert "unknown" not in caplog.text.lower()
+
+
+def test_a_prompt_cache_key_keeps_a_conversation_on_one_data_parallel_rank(client, fake_engine):
+    import zlib
+
+    fake_engine.data_parallel_size = 4
+    for key in ("thread-a", "thread-b", "thread-c"):
+        client.post(PATH, json={"input": "hi", "prompt_cache_key": key})
+        client.post(PATH, json={"input": "again", "prompt_cache_key": key, "stream": True})
+        ranks = {call.options.data_parallel_rank for call in fake_engine.calls[-2:]}
+        assert ranks == {zlib.crc32(key.encode()) % 4}
+    client.post(PATH, json={"input": "no key"})
+    assert fake_engine.calls[-1].options.data_parallel_rank is None

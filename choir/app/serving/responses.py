@@ -5,8 +5,10 @@ planned and run as one; its single choice is then told as a `response` object wi
 or streamed as the Responses lifecycle events.
 """
 
+import zlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -242,6 +244,12 @@ async def _plan_fitting(pipeline: Pipeline, request: ResponsesRequest, history: 
     """Planned; under `truncation: "auto"` a history fits only if it leaves room for `max_output_tokens` too, as
     OpenAI reserves the output before it cuts (else a cut history could leave room for one token)."""
     job = await plan_chat(pipeline, to_chat(request, history), response_id, created, image_names(request, history))
+    ranks = pipeline.engine.data_parallel_size
+    if request.prompt_cache_key is not None and ranks > 1:
+        # One conversation's turns on one engine rank: the one whose prefix cache holds what they share
+        rank = zlib.crc32(request.prompt_cache_key.encode()) % ranks
+        job.choices[:] = [replace(choice, options=msgspec.structs.replace(choice.options, data_parallel_rank=rank))
+                          for choice in job.choices]
     room = pipeline.engine.max_model_len - job.prompt_tokens
     if history and request.truncation == "auto" and request.max_output_tokens and room < request.max_output_tokens:
         raise PromptTooLong(f"The prompt leaves {room} tokens for output, fewer than max_output_tokens.", "messages")
