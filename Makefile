@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench vllm-suite clean postgres claude-code
+.PHONY: install serve test model bench vllm-suite clean postgres claude-code codex
 
 install: $(STAMP) model
 
@@ -65,11 +65,22 @@ claude-code:
 	  npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error \
 	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && $(CLAUDE_CODE) --version; }
 
-test: install postgres claude-code
+# The Codex CLI, the real program, for tests/integration/test_codex.py: from the npm registry into .cache/ (its
+# platform package is a ~160 MB native binary).
+CODEX_VERSION := 0.171.0
+CODEX := .cache/codex/node_modules/.bin/codex
+codex:
+	@$(CODEX) --version 2>/dev/null | grep -q " $(CODEX_VERSION)$$" || { \
+	  command -v npm >/dev/null 2>&1 || { echo "make test needs npm (Node.js) to install the Codex CLI"; exit 1; }; \
+	  echo "make test: installing the Codex CLI $(CODEX_VERSION) from the npm registry into .cache/codex"; \
+	  npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error \
+	    @openai/codex@$(CODEX_VERSION) && $(CODEX) --version; }
+
+test: install postgres claude-code codex
 	$(BIN)/ruff check choir tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_CLAUDE_CODE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_CLAUDE_CODE=1 CHOIR_TEST_CODEX=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)

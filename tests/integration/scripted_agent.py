@@ -1,0 +1,35 @@
+"""Choir over a scripted engine that behaves as a coding agent's model: asked anything, it calls the agent's
+`exec_command` tool to run `echo {MARK}` (a hermes tool call, as the bundled tokenizer spells it); once the
+command's output is in the conversation, it answers in text. Served by uvicorn in a process of its own:
+
+    uvicorn --factory tests.integration.scripted_agent:create_app
+
+CHOIR_API_KEY and the other settings come from the environment; the tool parser is hermes."""
+
+import os
+
+from litestar import Litestar
+
+from choir.app.asgi import create_app as create_choir
+from choir.core.settings import BUNDLED_MODEL_DIR, Settings
+from tests.fakes import FakeEngine, fake_engine_factory
+
+MARK = "choir-agent-tool-ran"
+CALL = ('<tool_call>\n{"name": "exec_command", "arguments": {"cmd": "echo ' + MARK + '"}}\n</tool_call>')
+
+
+def create_app() -> Litestar:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR))
+
+    def pieces(text: str) -> list[str]:
+        return [tokenizer.decode([token]) for token in tokenizer.encode(text, add_special_tokens=False)]
+
+    def script(prompt: str, params: object) -> list[str]:
+        # The command's output (the tool message) in the prompt: the turn is done
+        return pieces("The command printed it. Done.") if f"{MARK}\n" in prompt else pieces(CALL)
+
+    engine = FakeEngine(script=script, served_model_names=("choir-tiny",), max_model_len=131072, tokenizer=tokenizer)
+    settings = Settings.from_env({**os.environ, "CHOIR_TOOL_PARSER": "hermes", "CHOIR_SERVED_MODEL_NAME": "choir-tiny"})
+    return create_choir(settings, engine_factory=fake_engine_factory(engine))
