@@ -57,8 +57,9 @@ def scripted_server(tmp_path_factory, codex):
     port = free_port()
     env = {**os.environ, "CHOIR_API_KEY": KEY, "CHOIR_STORE_URL": f"sqlite+aiosqlite:///{where / 'store.sqlite3'}"}
     log = where / "server.log"
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "tests.integration.scripted_agent:create_app",
-                                "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env,
+    app = "tests.integration.scripted_agent:create_app"
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", app, "--host", "127.0.0.1", "--port",
+                                str(port)], cwd=ROOT, env=env,
                                stdout=log.open("w"), stderr=subprocess.STDOUT)
     server = healthy(Server(process, f"http://127.0.0.1:{port}", log))
     yield server
