@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench vllm-suite clean postgres claude-code codex
+.PHONY: install serve test model bench vllm-suite clean postgres claude-code codex opencode qwen-code
 
 install: $(STAMP) model
 
@@ -54,33 +54,31 @@ postgres:
 	  $$AS $(PG_INSTALL) 2>/dev/null || { $$AS apt-get update -q >/dev/null && $$AS $(PG_INSTALL); }; \
 	  $(PG_FOUND) || { echo "make test needs PostgreSQL's server binaries (initdb): apt-get install postgresql failed"; exit 1; }; }
 
-# Claude Code, the real program, for tests/integration/test_claude_code.py: from the npm registry into .cache/ (its
-# platform package is a ~400 MB native binary; Node.js and npm only install it).
-CLAUDE_CODE_VERSION := 2.1.332
-CLAUDE_CODE := .cache/claude-code/node_modules/.bin/claude
+# The agent programs the tests run for real (tests/integration/test_claude_code.py, test_codex.py, test_agents.py),
+# each a pinned release from the npm registry in .cache/<name> (Node.js and npm only install them; Claude Code's and
+# Codex's platform packages are native binaries of 400 and 160 MB). $(call agent,name,package,version,binary)
+define agent
+	@.cache/$(1)/node_modules/.bin/$(4) --version 2>/dev/null | grep -q "$(3)" || { \
+	  command -v npm >/dev/null 2>&1 || { echo "make test needs npm (Node.js) to install $(2)"; exit 1; }; \
+	  echo "make test: installing $(2)@$(3) from the npm registry into .cache/$(1)"; \
+	  npm install --prefix .cache/$(1) --no-audit --no-fund --loglevel=error $(2)@$(3) && \
+	    .cache/$(1)/node_modules/.bin/$(4) --version; }
+endef
 claude-code:
-	@$(CLAUDE_CODE) --version 2>/dev/null | grep -q "^$(CLAUDE_CODE_VERSION) " || { \
-	  command -v npm >/dev/null 2>&1 || { echo "make test needs npm (Node.js) to install Claude Code"; exit 1; }; \
-	  echo "make test: installing Claude Code $(CLAUDE_CODE_VERSION) from the npm registry into .cache/claude-code"; \
-	  npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error \
-	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && $(CLAUDE_CODE) --version; }
-
-# The Codex CLI, the real program, for tests/integration/test_codex.py: from the npm registry into .cache/ (its
-# platform package is a ~160 MB native binary).
-CODEX_VERSION := 0.171.0
-CODEX := .cache/codex/node_modules/.bin/codex
+	$(call agent,claude-code,@anthropic-ai/claude-code,2.1.332,claude)
 codex:
-	@$(CODEX) --version 2>/dev/null | grep -q " $(CODEX_VERSION)$$" || { \
-	  command -v npm >/dev/null 2>&1 || { echo "make test needs npm (Node.js) to install the Codex CLI"; exit 1; }; \
-	  echo "make test: installing the Codex CLI $(CODEX_VERSION) from the npm registry into .cache/codex"; \
-	  npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error \
-	    @openai/codex@$(CODEX_VERSION) && $(CODEX) --version; }
+	$(call agent,codex,@openai/codex,0.171.0,codex)
+opencode:
+	$(call agent,opencode,opencode-ai,1.18.33,opencode)
+qwen-code:
+	$(call agent,qwen-code,@qwen-code/qwen-code,0.24.4,qwen)
+AGENTS := claude-code codex opencode qwen-code
 
-test: install postgres claude-code codex
+test: install postgres $(AGENTS)
 	$(BIN)/ruff check choir tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_CLAUDE_CODE=1 CHOIR_TEST_CODEX=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	CHOIR_TEST_POSTGRES=1 CHOIR_TEST_AGENTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.frontends $(BENCH_ARGS)

@@ -6,49 +6,31 @@ What Claude Code sends is what any user's install sends: `POST /v1/messages?beta
 prompt with Claude Code's billing-header block, a dozen client tools, `thinking: {type: adaptive, display:
 omitted}`, `output_config.effort`, `context_management` and `metadata.user_id`.
 
-Two things are set for the tiny random model, neither in Choir: a context long enough for that prompt (its
-weights are random, so RoPE past 2048 positions costs nothing: VLLM_ALLOW_LONG_MAX_MODEL_LEN), and an answer that
-ends. The random weights almost never sample `</s>` (8000 tokens without one, measured), and Claude Code treats an
-answer cut at max_tokens as an error. After Claude Code's prompt they write `<pad>` and nothing else (1500 tokens
-of it, three times out of three, measured), so the test's generation config makes `<pad>` a second end-of-sequence
-token, as a model's own generation_config.json may list several: each answer is an empty text block that ends its
-turn. The protocol is what is checked.
+The server is the real engine set up for an agent's long prompt (tests/integration/agent_servers.py): each answer
+is an empty text block that ends its turn. The protocol is what is checked.
 """
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.integration.server import ROOT, start_server
+from tests.integration.agent_servers import MODEL, answered, installed, start_agent_server
 
 pytestmark = pytest.mark.engine
-CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
 KEY = "claude-code-test-key"
-MODEL = "choir-tiny"
 
 
 @pytest.fixture(scope="module")
 def claude() -> Path:
-    if not CLAUDE.exists():
-        if os.environ.get("CHOIR_TEST_CLAUDE_CODE") == "1":  # make test installs it: missing is a failure there
-            pytest.fail(f"Claude Code is not installed at {CLAUDE}: run `make claude-code`")
-        pytest.skip(f"Claude Code is not installed at {CLAUDE} (`make claude-code` installs it)")
-    return CLAUDE
+    return installed("claude-code", "claude")
 
 
 @pytest.fixture(scope="module")
 def claude_server(tmp_path_factory, claude):
-    where = tmp_path_factory.mktemp("claude-code")
-    (where / "generation").mkdir()
-    (where / "generation" / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
-    server = start_server(where / "server.log", env={
-        "CHOIR_API_KEY": KEY, "CHOIR_TOOL_PARSER": "hermes", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
-        "CHOIR_ENGINE_ARGS": f"--max-model-len 32768 --generation-config {where / 'generation'}"})
+    server = start_agent_server(tmp_path_factory.mktemp("claude-code"), KEY)
     yield server
     server.stop()
 
@@ -68,22 +50,15 @@ def run_claude(claude, server, tmp_path, *args, **env):
                           stdin=subprocess.DEVNULL, text=True, timeout=300)
 
 
-def answered(server) -> dict[str, float]:
-    """POST /v1/messages answers so far, by status (Choir's request counter)."""
-    metrics = httpx.get(f"{server.base_url}/metrics").text
-    pattern = r'choir_requests_total\{method="POST",route="createMessage",status="(\d+)"\} (\S+)'
-    return {status: float(count) for status, count in re.findall(pattern, metrics)}
-
-
 def test_print_mode_with_an_api_key_completes(claude, claude_server, tmp_path):
-    before = answered(claude_server)
+    before = answered(claude_server, "createMessage")
     done = run_claude(claude, claude_server, tmp_path, "--output-format", "json", ANTHROPIC_API_KEY=KEY)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     result = json.loads(done.stdout)
     assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, result
     assert result["stop_reason"] == "end_turn" and result["terminal_reason"] == "completed"
     assert result["usage"]["input_tokens"] > 1000  # its system prompt and tools reached the model
-    after = answered(claude_server)
+    after = answered(claude_server, "createMessage")
     new = {status: count - before.get(status, 0) for status, count in after.items() if count > before.get(status, 0)}
     assert new.keys() == {"200"}, new  # every turn (streamed) answered 200
 
