@@ -30,23 +30,24 @@ ROUTE = "createChatCompletion"
 Run = Callable[[Path, Server, Path, str], subprocess.CompletedProcess]
 
 
-def run_opencode(program: Path, server: Server, where: Path, prompt: str) -> subprocess.CompletedProcess:
+def run_opencode(program: Path, server: Server, where: Path, prompt: str,
+                 key: str = KEY) -> subprocess.CompletedProcess:
     """`opencode run --format json PROMPT` with Choir as an OpenAI-compatible provider, every tool allowed."""
     config = {"$schema": "https://opencode.ai/config.json", "model": f"choir/{MODEL}", "autoupdate": False,
               "share": "disabled", "permission": {"bash": "allow", "edit": "allow"},
               "provider": {"choir": {"npm": "@ai-sdk/openai-compatible", "name": "Choir",
-                                     "options": {"baseURL": f"{server.base_url}/v1", "apiKey": KEY},
+                                     "options": {"baseURL": f"{server.base_url}/v1", "apiKey": key},
                                      "models": {MODEL: {"name": MODEL}}}}}
     (where / "opencode.json").write_text(json.dumps(config))
     env = {"OPENCODE_CONFIG": str(where / "opencode.json")}
     return _run([str(program), "run", "--format", "json", "-m", f"choir/{MODEL}", prompt], where, env)
 
 
-def run_qwen(program: Path, server: Server, where: Path, prompt: str, *args: str) -> subprocess.CompletedProcess:
+def run_qwen(program: Path, server: Server, where: Path, prompt: str, key: str = KEY) -> subprocess.CompletedProcess:
     """`qwen --yolo --output-format json PROMPT` with Choir as its OpenAI-compatible endpoint."""
-    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": f"{server.base_url}/v1", "OPENAI_MODEL": MODEL,
+    env = {"OPENAI_API_KEY": key, "OPENAI_BASE_URL": f"{server.base_url}/v1", "OPENAI_MODEL": MODEL,
            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
-    return _run([str(program), "--yolo", "--output-format", "json", "-m", MODEL, *args, prompt], where, env)
+    return _run([str(program), "--yolo", "--output-format", "json", "-m", MODEL, prompt], where, env)
 
 
 EMPTY_ANSWER = "Model stream ended with empty response text"  # Qwen Code's refusal of an answer with no text
