@@ -258,3 +258,41 @@ def test_the_reasoning_parser_plugin_reaches_the_engine_from_choirs_setting(pars
     assert "--reasoning-parser-plugin" not in settings.engine_args  # Choir's setting, not a pass-through
     argv = engine_argv(settings)
     assert argv[argv.index("--reasoning-parser-plugin") + 1] == str(plugin)
+
+
+def test_the_positional_model_wins_over_model_as_on_vllm(parser):
+    for _ in range(3):
+        assert flags.read(["models/a", "--model", "models/b"], {}).environ["CHOIR_MODEL"] == "models/a"
+    assert flags.read(["--model", "models/b"], {}).environ["CHOIR_MODEL"] == "models/b"
+
+
+def test_vllms_other_log_levels_and_log_lengths(parser):
+    assert flags.read(["--log-level", "CRITICAL"], {}).environ["CHOIR_LOG_LEVEL"] == "error"
+    assert flags.read(["--log-level", "NOTSET"], {}).environ["CHOIR_LOG_LEVEL"] == "debug"
+    assert settings_of(["models/choir-tiny", "--max-log-len", "0"]).max_log_len == 0
+    with pytest.raises(SettingsError, match="CHOIR_MAX_LOG_LEN='-1' is not a number"):
+        Settings.from_env({"CHOIR_MAX_LOG_LEN": "-1"}, env_file=None)
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line(parser, tmp_path):
+    with pytest.raises(SettingsError, match="the command line cannot be read"):
+        flags.read(["--config", str(tmp_path / "missing.yaml")], {})
+
+
+def test_env_file_values_are_under_the_flags_not_lost(parser, tmp_path):
+    """choir serve reads .env before its flags: a flag adds to .env's engine flags and wins over its values."""
+    from choir.core.settings import environment
+
+    (tmp_path / ".env").write_text("CHOIR_ENGINE_ARGS=--seed 3\nCHOIR_TOOL_PARSER=hermes\nCHOIR_COMPAT=vllm\n")
+    env = environment({}, tmp_path / ".env")
+    command = flags.read(["models/choir-tiny", "--max-model-len", "200", "--enable-auto-tool-choice", "--compat",
+                          "sglang"], env)
+    settings = Settings.from_env(command.environ, env_file=tmp_path / "none")
+    assert settings.engine_args == ("--seed", "3", "--max-model-len", "200")
+    assert settings.tool_parser == "hermes" and settings.compat == "sglang"
+
+
+def test_vllms_api_key_variable_protects_the_server():
+    """A `vllm serve` deployment keeping its key in VLLM_API_KEY stays protected on Choir; CHOIR_API_KEY wins."""
+    assert Settings.from_env({"VLLM_API_KEY": "v1"}, env_file=None).api_keys == ("v1",)
+    assert Settings.from_env({"VLLM_API_KEY": "v1", "CHOIR_API_KEY": "c1"}, env_file=None).api_keys == ("c1",)

@@ -199,3 +199,63 @@ def test_a_prompt_cache_key_keeps_a_conversation_on_one_data_parallel_rank(clien
         assert ranks == {zlib.crc32(key.encode()) % 4}
     client.post(PATH, json={"input": "no key"})
     assert fake_engine.calls[-1].options.data_parallel_rank is None
+
+
+def test_the_servers_default_template_kwargs_reach_the_template_and_parsers(fake_engine):
+    from litestar.testing import TestClient
+
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
+    from tests.fakes import fake_engine_factory
+
+    app = create_app(Settings(served_model_name="fake-model", default_chat_template_kwargs={"thinking": True,
+                                                                                            "x": 1}),
+                     engine_factory=fake_engine_factory(fake_engine))
+    with TestClient(app) as client:
+        client.post(PATH, json={"input": "hi", "chat_template_kwargs": {"x": 2}})
+        assert fake_engine.templates[-1].kwargs == {"thinking": True, "x": 2}  # the request's own win
+
+
+def test_a_custom_tool_call_cut_short_is_incomplete_with_what_it_said(client, long_context):
+    long_context.script = lambda prompt, params: ['{"input": ', '"*** Begin Patch', "\\n*** Upd", "ate File"]
+    body = {"input": "patch it", "tools": [PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"},
+            "max_output_tokens": 3}
+    response = client.post(PATH, json=body).json()
+    (call,) = response["output"]
+    assert response["status"] == "incomplete" and call["status"] == "incomplete"
+    assert call["input"].startswith("*** Begin Patch") and not call["input"].startswith("{")
+    events = events_of(client, body)
+    done = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+    assert done["status"] == "incomplete" and not done["input"].startswith("{")
+
+
+@pytest.mark.parametrize(("tools", "param", "says"), [
+    ([{"type": "function", "name": "fs__read"}, {"type": "namespace", "name": "fs", "tools": [
+        {"type": "custom", "name": "read"}]}], "tools[1].tools[0].name", "Two tools are offered"),
+    ([EXEC, EXEC], "tools[1].name", "Two tools are offered"),
+    ([{"type": "namespace", "name": "n" * 40, "tools": [{"type": "function", "name": "f" * 40}]}],
+     "tools[0].tools[0].name", "longer than 64"),
+])
+def test_tools_the_model_could_not_tell_apart_are_a_400(client, tools, param, says):
+    response = client.post(PATH, json={"input": "x", "tools": tools})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and says in error["message"]
+
+
+def test_encrypted_reasoning_is_bounded_per_request(client, long_context):
+    big = reasoning_blob.encode("a" * (5 * 1024 * 1024))  # 5 MiB of text in a few KB
+    assert len(big) < 20_000
+    items = [{"role": "user", "content": "hi"}, {"type": "reasoning", "summary": [], "encrypted_content": big},
+             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    assert client.post(PATH, json={"input": items, "max_output_tokens": 1}).status_code == 200
+    twice = [*items, {"type": "reasoning", "summary": [], "encrypted_content": big}]
+    response = client.post(PATH, json={"input": twice})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "input[4].encrypted_content"
+
+
+@pytest.mark.parametrize("path", [PATH, "/v1/conversations"])
+def test_an_item_type_that_is_not_a_string_is_a_400(client, path):
+    body = {"input": [{"type": []}]} if path == PATH else {"items": [{"type": {}}]}
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text

@@ -132,7 +132,7 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                  PipelinePlugin(FanOut(settings.max_n, settings.max_prompts, settings.max_choices,
                                        settings.fanout_placement), engine,
                                 RequestDefaults(settings.return_tokens_as_token_ids, settings.force_include_usage,
-                                                settings.response_role),
+                                                settings.response_role, settings.default_chat_template_kwargs),
                                 store, MediaPolicy(settings.media_domains, settings.max_image_bytes,
                                                    settings.max_image_pixels, settings.media_fetch_seconds,
                                                    settings.trust_request_mm_kwargs)),

@@ -70,6 +70,8 @@ def _lora(modules: Sequence[Any]) -> str:
     return json.dumps([{"name": m.name, "path": m.path, "base_model_name": m.base_model_name} for m in modules])
 
 
+# vLLM's log levels that Choir's four have not (the log level is the engines' option too: passed on as well)
+LOG_LEVELS = {"critical": "error", "notset": "debug"}
 # vLLM's options that set a Choir setting: dest → (variable, how its value is written there).
 SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "model_tag": ("CHOIR_MODEL", str),
@@ -90,7 +92,7 @@ SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "default_chat_template_kwargs": ("CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS", _text),
     "response_role": ("CHOIR_RESPONSE_ROLE", str),
     "max_log_len": ("CHOIR_MAX_LOG_LEN", str),
-    "log_level": ("CHOIR_LOG_LEVEL", lambda level: str(level).lower()),  # vLLM's engines take it too
+    "log_level": ("CHOIR_LOG_LEVEL", lambda level: LOG_LEVELS.get(str(level).lower(), str(level).lower())),
     "allowed_origins": ("CHOIR_ALLOWED_ORIGINS", _joined),
     "allowed_methods": ("CHOIR_ALLOWED_METHODS", _joined),
     "allowed_headers": ("CHOIR_ALLOWED_HEADERS", _joined),
@@ -176,7 +178,10 @@ def _dest(variable: str) -> str:
 def read(argv: Sequence[str], environ: Mapping[str, str]) -> CommandLine:
     """The command line over the environment (a flag wins). SettingsError names an option Choir refuses."""
     command = parser()
-    args = backend.parse_serve_args(command, argv)
+    try:
+        args = backend.parse_serve_args(command, argv)
+    except (ValueError, AssertionError, OSError) as exc:  # vLLM's reading of a --config file, in its own types
+        raise SettingsError(f"the command line cannot be read: {exc}") from None
     # vLLM's own checks, with the tool parser CHOIR_TOOL_PARSER names when no flag does
     checked = argparse.Namespace(**vars(args.values))
     checked.tool_call_parser = checked.tool_call_parser or environ.get("CHOIR_TOOL_PARSER") or None
@@ -186,7 +191,8 @@ def read(argv: Sequence[str], environ: Mapping[str, str]) -> CommandLine:
         raise SettingsError(str(exc).removeprefix("Error: ")) from None
     engine_dests, values = backend.engine_dests(), args.values
     env, uvicorn, engine_tokens = dict(environ), {}, list[str]()
-    given = {dest for dest, _ in args.given}
+    # Each option once, in the order given; the positional model last, as vLLM's wins over --model
+    given = sorted(dict.fromkeys(dest for dest, _ in args.given), key=lambda dest: dest == "model_tag")
     for dest, tokens in args.given:
         if dest in engine_dests and dest not in CHOIR_TAKES:
             engine_tokens.extend(tokens)

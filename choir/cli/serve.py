@@ -15,7 +15,7 @@ import textwrap
 from typing import Any
 
 from choir.cli import flags
-from choir.core.settings import Settings, SettingsError
+from choir.core.settings import Settings, SettingsError, environment
 from choir.engine import backend
 
 HELP = """usage: choir serve [MODEL] [options]
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         print(help_text())
         return
     try:
-        command = flags.read(args, os.environ)
+        command = flags.read(args, environment(dict(os.environ)))  # .env under the real environment, flags over both
         settings = Settings.from_env(command.environ)
         run(settings, command.uvicorn)
     except SettingsError as exc:

@@ -217,14 +217,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, env_file: Path | None = None) -> "Settings":
-        env = dict(os.environ if environ is None else environ)
-        env_file = Path(".env") if env_file is None else env_file
-        if env_file.is_file():
-            from dotenv import dotenv_values
-
-            for key, value in dotenv_values(env_file).items():
-                if value is not None:
-                    env.setdefault(key, value)  # the real environment wins over .env
+        env = environment(environ, env_file)
 
         model = env.get("CHOIR_MODEL") or str(BUNDLED_MODEL_DIR)
         bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR)
@@ -259,7 +252,9 @@ class Settings:
             store_ttl=_store_ttl(env),
             log_level=log_level,
             compat=env.get("CHOIR_COMPAT") or "sglang",
-            api_keys=tuple(key.strip() for key in env.get("CHOIR_API_KEY", "").split(",") if key.strip()),
+            # vLLM's own variable too: a `vllm serve` deployment that keeps its key there stays protected
+            api_keys=tuple(key.strip() for key in (env.get("CHOIR_API_KEY") or env.get("VLLM_API_KEY") or "").split(",")
+                           if key.strip()),
             protect_docs=_boolean(env, "CHOIR_PROTECT_DOCS", False),
             protect_metrics=_boolean(env, "CHOIR_PROTECT_METRICS", False),
             tool_parser=env.get("CHOIR_TOOL_PARSER") or None,
@@ -284,7 +279,7 @@ class Settings:
             response_role=env.get("CHOIR_RESPONSE_ROLE") or "assistant",
             chat_template_content_format=_choice(env, "CHOIR_CHAT_TEMPLATE_CONTENT_FORMAT", CONTENT_FORMATS),
             default_chat_template_kwargs=_json_object(env, "CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS"),
-            max_log_len=_positive_int(env, "CHOIR_MAX_LOG_LEN", 0) or None,
+            max_log_len=_log_len(env),
             allowed_origins=_listed(env, "CHOIR_ALLOWED_ORIGINS", ()),
             allowed_methods=_listed(env, "CHOIR_ALLOWED_METHODS", ("*",)),
             allowed_headers=_listed(env, "CHOIR_ALLOWED_HEADERS", ("*",)),
@@ -450,6 +445,29 @@ def _file(env: dict[str, str], name: str) -> str | None:
     if not Path(path).expanduser().is_file():
         raise SettingsError(f"{name}={path!r} is not a file.")
     return str(Path(path).expanduser())
+
+
+def environment(environ: dict[str, str] | None = None, env_file: Path | None = None) -> dict[str, str]:
+    """The environment with `.env` (in the directory Choir starts in) merged under it: the real one wins."""
+    env = dict(os.environ if environ is None else environ)
+    env_file = Path(".env") if env_file is None else env_file
+    if env_file.is_file():
+        from dotenv import dotenv_values
+
+        for key, value in dotenv_values(env_file).items():
+            if value is not None:
+                env.setdefault(key, value)
+    return env
+
+
+def _log_len(env: dict[str, str]) -> int | None:
+    """vLLM's --max-log-len: None logs whole prompts, 0 none of them."""
+    raw = env.get("CHOIR_MAX_LOG_LEN")
+    if raw in (None, ""):
+        return None
+    if not raw.isdigit():
+        raise SettingsError(f"CHOIR_MAX_LOG_LEN={raw!r} is not a number of characters (0 or more).")
+    return int(raw)
 
 
 def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:

@@ -7,8 +7,8 @@ per request. Fan-out is configuration (its limits), the engine comes from the st
 engine plugin's lifespan fills, and the compat rules from the route the spec plugin bound.
 """
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from litestar import Request
 from litestar.config.app import AppConfig
@@ -35,6 +35,9 @@ class RequestDefaults:
     return_tokens_as_token_ids: bool = False  # --return-tokens-as-token-ids
     force_include_usage: bool = False  # --enable-force-include-usage: every stream has usage, continuous
     response_role: str = "assistant"  # --response-role: the role of a chat answer
+    # --default-chat-template-kwargs: what every chat template (and the parsers reading its output) is given,
+    # under the request's own chat_template_kwargs
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 NO_DEFAULTS = RequestDefaults()

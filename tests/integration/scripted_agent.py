@@ -9,6 +9,7 @@ settings come from the environment; the tool parser is hermes."""
 
 import json
 import os
+from pathlib import Path
 
 from litestar import Litestar
 
@@ -40,5 +41,6 @@ def create_app() -> Litestar:
         return pieces("The command printed it. Done.") if f"{MARK}\n" in prompt else pieces(call)
 
     engine = FakeEngine(script=script, served_model_names=("choir-tiny",), max_model_len=131072, tokenizer=tokenizer)
-    settings = Settings.from_env({**os.environ, "CHOIR_TOOL_PARSER": "hermes", "CHOIR_SERVED_MODEL_NAME": "choir-tiny"})
+    settings = Settings.from_env({**os.environ, "CHOIR_TOOL_PARSER": "hermes", "CHOIR_SERVED_MODEL_NAME": "choir-tiny"},
+                                 env_file=Path(os.devnull))  # not a developer's .env
     return create_choir(settings, engine_factory=fake_engine_factory(engine))

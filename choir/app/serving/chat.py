@@ -103,10 +103,12 @@ def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], boo
     return messages, images
 
 
-def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan) -> dict[str, Any]:
-    """What the chat template is given besides the messages, as vLLM's server gives it: the request's
-    kwargs, the tools, `documents`, and `reasoning_effort` (which also sets `enable_thinking`)."""
-    kwargs = dict(request.chat_template_kwargs or {})
+def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan,
+                    defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the chat template is given besides the messages, as vLLM's server gives it: the server's defaults
+    under the request's kwargs, the tools, `documents`, and `reasoning_effort` (which also sets
+    `enable_thinking`). The parsers are given the same."""
+    kwargs = {**(defaults or {}), **(request.chat_template_kwargs or {})}
     if tools.template_tools:
         kwargs.setdefault("tools", tools.template_tools)
     if request.documents is not None:
@@ -128,7 +130,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     wanted_prompt_logprobs = check_prompt_logprobs(request)
     parsers: Parsers | None = pipeline.parsers
     tools = plan_tools(request, parsers.tool_name if parsers is not None else None)
-    kwargs = template_kwargs(request, tools)
+    kwargs = template_kwargs(request, tools, pipeline.defaults.chat_template_kwargs)
     template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,
                                    continue_final_message=request.continue_final_message, kwargs=kwargs,
                                    media_io_kwargs=request.media_io_kwargs,

@@ -7,20 +7,23 @@ import base64
 import zlib
 
 PREFIX = "choir.reasoning.v1."
-MAX_TEXT = 8 * 1024 * 1024  # bytes a blob may expand to: a forged one is refused, not inflated without bound
+# Bytes the blobs of one request may expand to, all of them together: a forged one is refused, not inflated
+# without bound (a blob of 11 KB can hold 8 MiB).
+MAX_TEXT = 8 * 1024 * 1024
 
 
 def encode(text: str) -> str:
     return PREFIX + base64.urlsafe_b64encode(zlib.compress(text.encode())).decode()
 
 
-def decode(blob: str) -> str | None:
-    """The reasoning's text; None for a blob Choir did not make (another server's, damaged)."""
+def decode(blob: str, room: int = MAX_TEXT) -> str | None:
+    """The reasoning's text; None for a blob Choir did not make (another server's, damaged) or one whose text
+    is longer than `room` bytes."""
     if not blob.startswith(PREFIX):
         return None
     try:
         inflate = zlib.decompressobj()
-        text = inflate.decompress(base64.urlsafe_b64decode(blob[len(PREFIX):].encode()), MAX_TEXT)
+        text = inflate.decompress(base64.urlsafe_b64decode(blob[len(PREFIX):].encode()), room)
         if inflate.unconsumed_tail or not inflate.eof:
             return None
         return text.decode()

@@ -101,7 +101,7 @@ class ResponseBuilder:
         for call in parts.tool_calls:
             if call.function.arguments:
                 self.output.append(call_item(_item_id("fc"), call.id, call.function.name, call.function.arguments,
-                                             "completed", self.tools))
+                                             status, self.tools))
         return self._closing_response(status, output_tokens, reasoning_tokens, cached)
 
     def _closing_response(self, status: ItemStatus, output_tokens: int, reasoning_tokens: int | None,
@@ -160,7 +160,7 @@ class ResponseBuilder:
         status: ItemStatus = "incomplete" if finish_reason == "length" else "completed"
         events = self._close_reasoning(status) + self._close_text(status)
         for index, call in self.calls.items():
-            events += self._close_call(index, call)
+            events += self._close_call(index, call, status)
         # OpenAI ends an incomplete response with its own event; vLLM with response.completed (the profile's say)
         kind = "response.completed" if status == "completed" else self.incomplete_event
         return [*events, self._event(kind, response=self._closing_response(status, output_tokens,
@@ -244,8 +244,8 @@ class ResponseBuilder:
                                       output_index=self._index(item), delta=arguments))
         return events
 
-    def _close_call(self, index: int, item: CallItem) -> list[Event]:
-        item.status = "completed"
+    def _close_call(self, index: int, item: CallItem, status: ItemStatus) -> list[Event]:
+        item.status = status  # incomplete: its arguments were cut short
         position = self._index(item)
         if isinstance(item, CustomToolCallOutput):
             item.input = custom_input(self.custom_arguments.pop(index, ""))

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import jiter
+
 from choir.core.errors import bad_request
 from choir.core.protocol.responses import (
     CustomTool,
@@ -27,6 +29,7 @@ from choir.core.protocol.responses import (
 )
 
 SEPARATOR = "__"  # between a namespace and a function's name, in the name the model sees
+MAX_NAME = 64  # a chat function's name
 CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}},
                 "required": ["input"]}
 
@@ -58,11 +61,24 @@ def callables(tools: list[Tool] | None) -> dict[str, Offered]:
 
 
 def chat_tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
-    offered = []
-    for tool in tools or ():
+    """The chat functions the model is offered; a 400 naming the tool whose name, as the model sees it, is too
+    long or is another tool's too."""
+    offered: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools or ()):
         members = tool.tools if isinstance(tool, NamespaceTool) else [tool]
         namespace = tool.name if isinstance(tool, NamespaceTool) else None
-        for member in members:
+        for j, member in enumerate(members):
+            if not isinstance(member, FunctionTool | CustomTool):
+                continue
+            name, where = flat_name(member.name, namespace), f"tools[{i}].tools[{j}]" if namespace else f"tools[{i}]"
+            if len(name) > MAX_NAME:
+                raise bad_request(f"The tool `{name}` (its namespace, `{SEPARATOR}`, its name) is longer than "
+                                  f"{MAX_NAME} characters, the longest name a model is offered.", f"{where}.name")
+            if name in seen:
+                raise bad_request(f"Two tools are offered to the model as `{name}`: name them apart.",
+                                  f"{where}.name")
+            seen.add(name)
             if isinstance(member, FunctionTool):
                 offered.append({"type": "function", "function": {
                     "name": flat_name(member.name, namespace), "description": member.description,
@@ -93,7 +109,8 @@ def chat_tool_choice(choice: FunctionToolChoice, names: dict[str, Offered]) -> d
 
 def call_item(item_id: str, call_id: str, name: str, arguments: str, status: ItemStatus,
               names: dict[str, Offered]) -> FunctionCallOutput | CustomToolCallOutput:
-    """A chat tool call as the Responses output item of the tool it calls."""
+    """A chat tool call as the Responses output item of the tool it calls (`status` incomplete: its arguments
+    were cut short by the output limit)."""
     called = names.get(name)
     if called is None:  # a name the model made up: said as it is
         return FunctionCallOutput(id=item_id, call_id=call_id, name=name, arguments=arguments, status=status)
@@ -109,10 +126,10 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: Ite
 
 
 def custom_input(arguments: str) -> str:
-    """The text of a custom tool's call: its `input` argument (the arguments as they are when they are not the
-    one-string object the tool was offered as)."""
+    """The text of a custom tool's call: its `input` argument, as far as it goes when the arguments were cut
+    short (the arguments as they are when they are not the one-string object the tool was offered as)."""
     try:
-        decoded = json.loads(arguments)
+        decoded = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
     except ValueError:
         return arguments
     return decoded["input"] if isinstance(decoded, dict) and isinstance(decoded.get("input"), str) else arguments

@@ -103,8 +103,9 @@ def messages_of(items: list[dict[str, Any]], param: str) -> list[dict[str, Any]]
     `param`: the field an invalid item is named in."""
     messages: list[dict[str, Any]] = []
     reasoning: str | None = None  # reasoning waiting for the assistant turn that follows it
+    room = [reasoning_blob.MAX_TEXT]  # what the items' encrypted reasoning may still expand to
     for index, item in enumerate(items):
-        message = _message(f"{param}[{index}]", item)
+        message = _message(f"{param}[{index}]", item, room)
         if "reasoning" in message:
             previous = messages[-1] if messages else None
             if previous is not None and previous["role"] == "assistant" and "reasoning" not in previous:
@@ -120,9 +121,9 @@ def messages_of(items: list[dict[str, Any]], param: str) -> list[dict[str, Any]]
     return messages
 
 
-def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
+def _message(where: str, item: dict[str, Any], room: list[int]) -> dict[str, Any]:
     kind = item.get("type", "message")
-    if kind not in _ITEM_TYPES:
+    if not isinstance(kind, str) or kind not in _ITEM_TYPES:
         raise bad_request(f"{where}: item type `{kind}` is not supported: use {', '.join(_ITEM_TYPES)}.",
                           f"{where}.type")
     try:
@@ -130,7 +131,7 @@ def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
     except msgspec.ValidationError as exc:
         raise bad_request(f"Invalid item {where}: {exc}", where) from None
     if isinstance(parsed, ReasoningInput):
-        return {"role": "assistant", "reasoning": _reasoning(where, parsed)}
+        return {"role": "assistant", "reasoning": _reasoning(where, parsed, room)}
     if isinstance(parsed, FunctionCallInput | CustomToolCallInput | LocalShellCallInput):
         return {"role": "assistant", "content": None, "tool_calls": [_tool_call(parsed)]}
     if isinstance(parsed, FunctionCallOutputInput | CustomToolCallOutputInput):
@@ -157,17 +158,21 @@ def _chat_parts(where: str, parts: list[Any]) -> list[dict[str, Any]]:
     return chat_parts
 
 
-def _reasoning(where: str, item: ReasoningInput) -> str:
-    """The reasoning's text: its content (or summary), else what Choir put in its `encrypted_content`."""
+def _reasoning(where: str, item: ReasoningInput, room: list[int]) -> str:
+    """The reasoning's text: its content (or summary), else what Choir put in its `encrypted_content` (within
+    what `room` says the request's blobs may still expand to)."""
     parts = item.content or item.summary
     if parts:
         return "".join(part.text for part in parts)
     if not item.encrypted_content:
         return ""
-    text = reasoning_blob.decode(item.encrypted_content)
-    if text is None:
-        raise bad_request(f"{where}: this server cannot read the item's encrypted_content: it was not made here, or "
-                          "is damaged. Send the reasoning's text in `content`, or leave the item out.",
+    text = reasoning_blob.decode(item.encrypted_content, room[0])
+    if text is not None:
+        room[0] -= len(text.encode())
+    else:
+        raise bad_request(f"{where}: this server cannot read the item's encrypted_content: it was not made here, is "
+                          "damaged, or holds more reasoning than one request may send back (8 MiB). Send the "
+                          "reasoning's text in `content`, or leave the item out.",
                           f"{where}.encrypted_content")
     return text
 

@@ -81,6 +81,8 @@ def input_items(given: str | list[dict[str, Any]], param: str = "input") -> list
         if not isinstance(item.get("id") or "", str) or len(item.get("id") or "") > MAX_ITEM_ID:
             raise bad_request(f"An item id is a string of at most {MAX_ITEM_ID} characters.", f"{param}[{index}].id")
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise bad_request(f"An item's type is a string, not {type(kind).__name__}.", f"{param}[{index}].type")
         listed = {**item, "type": kind, "id": item.get("id") or f"{_ITEM_PREFIX.get(kind, 'item')}_"
                                                                  f"{secrets.token_hex(12)}",
                   "status": item.get("status") or "completed"}
