@@ -71,7 +71,7 @@ def test_no_origin_allowed_no_cors_headers(client):
     ("CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS", "[1]", "is not a JSON object"),
     ("CHOIR_DEFAULT_CHAT_TEMPLATE_KWARGS", "{oops", "is not a JSON object"),
     ("CHOIR_ALLOWED_ORIGINS", '["a", 1]', "is not a JSON list of strings"),
-    ("CHOIR_MAX_LOG_LEN", "0", "must be at least 1"),
+    ("CHOIR_MAX_LOG_LEN", "many", "is not a number of characters"),
     ("CHOIR_ALLOW_CREDENTIALS", "maybe", "is not a boolean"),
 ])
 def test_a_bad_front_end_setting_is_one_line(variable, value, says):
