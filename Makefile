@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve test model bench vllm-suite clean postgres claude-code codex opencode qwen-code
+.PHONY: install serve check test model bench vllm-suite clean postgres claude-code codex opencode qwen-code
 
 install: $(STAMP) model
 
@@ -73,6 +73,13 @@ opencode:
 qwen-code:
 	$(call agent,qwen-code,@qwen-code/qwen-code,0.24.4,qwen)
 AGENTS := claude-code codex opencode qwen-code
+
+# The inner loop: the static checks and every test that needs no engine (no PostgreSQL, no agent programs).
+check: install
+	$(BIN)/ruff check choir tests benchmarks conformance
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -m "not engine" -q $(PYTEST_ARGS)
 
 test: install postgres $(AGENTS)
 	$(BIN)/ruff check choir tests benchmarks conformance
