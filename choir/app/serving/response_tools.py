@@ -11,6 +11,7 @@ The same names take calls sent back in `input` to the chat messages the template
 """
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,17 +48,21 @@ def flat_name(name: str, namespace: str | None) -> str:
     return f"{namespace}{SEPARATOR}{name}" if namespace else name
 
 
-def callables(tools: list[Tool] | None) -> dict[str, Offered]:
-    """Each tool the model may call, by the name it sees."""
-    found: dict[str, Offered] = {}
-    for tool in tools or ():
+def _callable_members(tools: list[Tool] | None) -> Iterator[tuple[str, str, str | None, FunctionTool | CustomTool]]:
+    """Each tool the model may call: where it is in `tools`, the name the model sees, its namespace, the tool."""
+    for i, tool in enumerate(tools or ()):
         members = tool.tools if isinstance(tool, NamespaceTool) else [tool]
         namespace = tool.name if isinstance(tool, NamespaceTool) else None
-        for member in members:
+        for j, member in enumerate(members):
             if isinstance(member, FunctionTool | CustomTool):
-                found[flat_name(member.name, namespace)] = Offered(member.name, namespace,
-                                                                    isinstance(member, CustomTool))
-    return found
+                yield (f"tools[{i}].tools[{j}]" if namespace else f"tools[{i}]", flat_name(member.name, namespace),
+                       namespace, member)
+
+
+def callables(tools: list[Tool] | None) -> dict[str, Offered]:
+    """Each tool the model may call, by the name it sees."""
+    return {name: Offered(member.name, namespace, isinstance(member, CustomTool))
+            for _, name, namespace, member in _callable_members(tools)}
 
 
 def chat_tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
@@ -65,28 +70,19 @@ def chat_tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
     long or is another tool's too."""
     offered: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for i, tool in enumerate(tools or ()):
-        members = tool.tools if isinstance(tool, NamespaceTool) else [tool]
-        namespace = tool.name if isinstance(tool, NamespaceTool) else None
-        for j, member in enumerate(members):
-            if not isinstance(member, FunctionTool | CustomTool):
-                continue
-            name, where = flat_name(member.name, namespace), f"tools[{i}].tools[{j}]" if namespace else f"tools[{i}]"
-            if len(name) > MAX_NAME:
-                raise bad_request(f"The tool `{name}` (its namespace, `{SEPARATOR}`, its name) is longer than "
-                                  f"{MAX_NAME} characters, the longest name a model is offered.", f"{where}.name")
-            if name in seen:
-                raise bad_request(f"Two tools are offered to the model as `{name}`: name them apart.",
-                                  f"{where}.name")
-            seen.add(name)
-            if isinstance(member, FunctionTool):
-                offered.append({"type": "function", "function": {
-                    "name": flat_name(member.name, namespace), "description": member.description,
-                    "parameters": member.parameters, "strict": member.strict}})
-            elif isinstance(member, CustomTool):
-                offered.append({"type": "function", "function": {
-                    "name": flat_name(member.name, namespace), "description": _custom_description(member),
-                    "parameters": CUSTOM_INPUT}})
+    for where, name, _, member in _callable_members(tools):
+        if len(name) > MAX_NAME:
+            raise bad_request(f"The tool `{name}` (its namespace, `{SEPARATOR}`, its name) is longer than "
+                              f"{MAX_NAME} characters, the longest name a model is offered.", f"{where}.name")
+        if name in seen:
+            raise bad_request(f"Two tools are offered to the model as `{name}`: name them apart.", f"{where}.name")
+        seen.add(name)
+        if isinstance(member, FunctionTool):
+            function = {"name": name, "description": member.description, "parameters": member.parameters,
+                        "strict": member.strict}
+        else:
+            function = {"name": name, "description": _custom_description(member), "parameters": CUSTOM_INPUT}
+        offered.append({"type": "function", "function": function})
     return offered
 
 

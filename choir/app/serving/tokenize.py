@@ -32,7 +32,8 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         if request.add_generation_prompt and request.continue_final_message:
             raise bad_request("add_generation_prompt and continue_final_message cannot both be true: a reply "
                               "either starts or continues the last message.", "continue_final_message")
-        kwargs: dict[str, Any] = dict(request.chat_template_kwargs or {})
+        # the server's defaults under the request's own, as for a chat request
+        kwargs: dict[str, Any] = {**pipeline.defaults.chat_template_kwargs, **(request.chat_template_kwargs or {})}
         if request.tools:
             kwargs.setdefault("tools", msgspec.to_builtins(request.tools))
         template = ChatTemplateOptions(add_generation_prompt=request.add_generation_prompt,

@@ -3,6 +3,7 @@ the AsyncLLM they wrap, how prompts and conversations are tokenized (/tokenize s
 engine's liveness and request counts."""
 
 import os
+from functools import partial
 from typing import Any
 
 from choir.core.settings import SettingsError
@@ -50,10 +51,11 @@ class VllmBase:
         self._tokenize_params, self._chat_params = TokenizeParams, ChatParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
 
-    def render_chats_with(self, template: str | None, content_format: str, default_kwargs: dict[str, Any]) -> None:
+    def render_chats_with(self, template: str | None, content_format: str) -> None:
         """The server's own chat rendering (vLLM's --chat-template, a file's path or the template itself;
-        --chat-template-content-format; --default-chat-template-kwargs, under each request's own kwargs)."""
-        if template is None and content_format == "auto" and not default_kwargs:
+        --chat-template-content-format). --default-chat-template-kwargs are the serving side's: the parsers see
+        them too."""
+        if template is None and content_format == "auto":
             return
         from vllm.renderers.chat_utils import load_chat_template
         from vllm.renderers.params import ChatParams
@@ -63,11 +65,7 @@ class VllmBase:
         except Exception as exc:  # vLLM's own types: ValueError, VLLMValidationError
             raise SettingsError(f"CHOIR_CHAT_TEMPLATE (--chat-template): {exc}") from None
 
-        def chat_params(**kwargs: Any) -> Any:
-            return ChatParams(chat_template=loaded, chat_template_content_format=content_format,
-                              **kwargs).with_defaults(default_chat_template_kwargs=default_kwargs)
-
-        self._chat_params = chat_params
+        self._chat_params = partial(ChatParams, chat_template=loaded, chat_template_content_format=content_format)
 
     @property
     def is_alive(self) -> bool:

@@ -55,8 +55,7 @@ async def start_vllm_engine(settings: Settings, client: ClientConfig | None = No
         try:
             served = VllmEngine(engine, engine_args, version, settings.model)
             served.grammars = grammars
-            served.render_chats_with(settings.chat_template, settings.chat_template_content_format,
-                                     settings.default_chat_template_kwargs)
+            served.render_chats_with(settings.chat_template, settings.chat_template_content_format)
             if engine_args.enable_log_requests:
                 from vllm.entrypoints.serve.utils.request_logger import RequestLogger
 
