@@ -19,7 +19,7 @@ ENGINE_EXTRA := cpu
 ENGINE_PINS := "torch==2.13.0+cpu"
 endif
 
-.PHONY: install serve check test model bench vllm-suite clean postgres claude-code codex opencode qwen-code
+.PHONY: install serve check test docs docs-serve model bench vllm-suite clean postgres claude-code codex opencode qwen-code
 
 install: $(STAMP) model
 
@@ -74,12 +74,24 @@ qwen-code:
 	$(call agent,qwen-code,@qwen-code/qwen-code,0.24.4,qwen)
 AGENTS := claude-code codex opencode qwen-code
 
-# The inner loop: the static checks and every test that needs no engine (no PostgreSQL, no agent programs).
+# The inner loop: the static checks and every test that needs no engine (no PostgreSQL, no agent programs), in
+# CHECK_WORKERS processes (pytest-xdist).
+CHECK_WORKERS ?= 2
 check: install
 	$(BIN)/ruff check choir tests benchmarks conformance
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -m "not engine" -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not engine" -q -n $(CHECK_WORKERS) $(PYTEST_ARGS)
+
+# The documentation site (docs/, mkdocs.yml), built offline in strict mode into site/: open site/index.html.
+# The settings reference and .env.example are written first from choir/core/variables.py.
+export NO_MKDOCS_2_WARNING := 1
+docs: $(STAMP)
+	$(BIN)/python -m choir.cli.reference
+	$(BIN)/mkdocs build --strict
+docs-serve: $(STAMP)
+	$(BIN)/python -m choir.cli.reference
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8001
 
 test: install postgres $(AGENTS)
 	$(BIN)/ruff check choir tests benchmarks conformance
@@ -96,4 +108,4 @@ vllm-suite: install
 	$(BIN)/python -m conformance $(SUITE_ARGS)
 
 clean:
-	rm -rf $(VENV) models .pytest_cache
+	rm -rf $(VENV) models .pytest_cache site

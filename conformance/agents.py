@@ -5,8 +5,8 @@ turn with a wrong key.
 
 Both servers serve the bundled tiny model set up for an agent's long prompt as the tests set it up
 (tests/integration/agent_servers.py: a 32k context, `<pad>` a second end token), with the hermes tool parser and an
-API key; vLLM's with `--enable-auto-tool-choice` too. The README's table "Agent programs on Choir and on vLLM" is
-built from its output.
+API key; vLLM's with `--enable-auto-tool-choice` too. The table "Agent programs on Choir and on vLLM" in
+docs/agents.md is built from its output.
 
     .venv/bin/python -m conformance.agents [--out FILE]
 """

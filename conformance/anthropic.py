@@ -5,8 +5,8 @@ engine flags (benchmarks.frontends.engine_flags), the qwen3 reasoning parser, th
 sends each the same requests (greedy, few tokens) and prints one Markdown table of what came back: the status, an
 error's JSON shape and `error.type`, and for a 200 the content block types, stop_reason, stop_sequence, usage, the
 message and tool_use id prefixes and the `request-id`/`x-request-id` headers; for a stream also the event names (runs
-collapsed), whether `ping` comes and whether every event has an `event:` line. The README's section "Choir and vLLM's
-/v1/messages side by side" is built from its output.
+collapsed), whether `ping` comes and whether every event has an `event:` line. The section "Choir and vLLM's
+/v1/messages side by side" of docs/api/messages.md is built from its output.
 
     .venv/bin/python -m conformance.anthropic [--out FILE]
 """

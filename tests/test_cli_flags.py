@@ -176,7 +176,7 @@ def test_help_shows_choirs_options_and_says_vllms_are_accepted():
     result = run_choir("serve", "--help")
     assert result.returncode == 0
     assert "Every `vllm serve` option is accepted" in result.stdout
-    for flag, variable, _ in flags.CHOIR_FLAGS:
+    for flag, variable in flags.CHOIR_FLAGS:
         assert flag in result.stdout and variable in result.stdout
     assert "--tool-call-parser" in result.stdout and "--help=all" in result.stdout
 

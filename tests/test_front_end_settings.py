@@ -90,7 +90,7 @@ def test_front_end_settings_from_the_environment():
 
 def test_every_setting_the_command_line_writes_is_read():
     source = inspect.getsource(settings_module)
-    written = {variable for variable, _ in flags.SETTINGS.values()} | {v for _, v, _ in flags.CHOIR_FLAGS}
+    written = {variable for variable, _ in flags.SETTINGS.values()} | {v for _, v in flags.CHOIR_FLAGS}
     prefixes = ("CHOIR_EMBEDDING_", "CHOIR_RERANK_", "CHOIR_CLASSIFY_")  # read as role.variable(...)
     unread = sorted(v for v in written if f'"{v}"' not in source and not v.startswith(prefixes))
     assert not unread, f"settings the command line writes and Settings never reads: {unread}"

@@ -17,41 +17,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from choir.core.settings import SettingsError
+from choir.core.variables import VARIABLES
 from choir.engine import backend
 
-# Choir's own settings as flags: (flag, variable, what; a boolean flag has a --no- form).
-CHOIR_FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("--compat", "CHOIR_COMPAT", "compatibility profile: sglang (default) or vllm"),
-    ("--store", "CHOIR_STORE", "keep stored responses (default on) [boolean]"),
-    ("--store-url", "CHOIR_STORE_URL", "where: sqlite+aiosqlite:///path or postgresql+asyncpg://user:pass@host/db"),
-    ("--store-ttl", "CHOIR_STORE_TTL", "seconds a stored response lives (0: until deleted)"),
-    ("--protect-docs", "CHOIR_PROTECT_DOCS", "with --api-key, the docs need the key too [boolean]"),
-    ("--protect-metrics", "CHOIR_PROTECT_METRICS", "with --api-key, /metrics needs the key too [boolean]"),
-    ("--allow-runtime-lora", "CHOIR_ALLOW_RUNTIME_LORA", "serve /v1/load_lora_adapter and unload [boolean]"),
-    ("--max-n", "CHOIR_MAX_N", "largest `n` a request may ask for"),
-    ("--max-prompts", "CHOIR_MAX_PROMPTS", "most prompts in one completions request"),
-    ("--max-choices", "CHOIR_MAX_CHOICES", "most engine requests (n x prompts) one request may make"),
-    ("--max-body-bytes", "CHOIR_MAX_BODY_BYTES", "largest request body"),
-    ("--max-json-depth", "CHOIR_MAX_JSON_DEPTH", "deepest JSON nesting of a request body"),
-    ("--max-grammar-bytes", "CHOIR_MAX_GRAMMAR_BYTES", "largest schema, regex or grammar a request may bring"),
-    ("--grammar-compile-seconds", "CHOIR_GRAMMAR_COMPILE_SECONDS", "longest a grammar may take to compile"),
-    ("--grammar-compilers", "CHOIR_GRAMMAR_COMPILERS", "grammars compiled at once"),
-    ("--drain-seconds", "CHOIR_DRAIN_SECONDS", "on SIGTERM, how long in-flight requests may still run"),
-    ("--fanout-placement", "CHOIR_FANOUT_PLACEMENT", "with data parallelism, where n > 1 children run: pinned | "
-                                                     "spread"),
-    ("--media-domains", "CHOIR_MEDIA_DOMAINS", "hosts whose image URLs are fetched (comma-separated)"),
-    ("--max-image-bytes", "CHOIR_MAX_IMAGE_BYTES", "largest image, in bytes"),
-    ("--max-image-pixels", "CHOIR_MAX_IMAGE_PIXELS", "largest image, in pixels"),
-    ("--media-fetch-seconds", "CHOIR_MEDIA_FETCH_SECONDS", "longest an image fetch may take"),
-    *((f"--{role}-model", f"CHOIR_{prefix}_MODEL", f"the {what} model (off unless given)")
-      for role, prefix, what in (("embedding", "EMBEDDING", "embedding"), ("rerank", "RERANK", "cross-encoder"),
-                                 ("classify", "CLASSIFY", "sequence classification"))),
-    *((f"--{role}-model-name", f"CHOIR_{prefix}_MODEL_NAME", "its served names (comma-separated)")
-      for role, prefix in (("embedding", "EMBEDDING"), ("rerank", "RERANK"), ("classify", "CLASSIFY"))),
-    *((f"--{role}-engine-args", f"CHOIR_{prefix}_ENGINE_ARGS", "its engine's flags, in vllm serve syntax")
-      for role, prefix in (("embedding", "EMBEDDING"), ("rerank", "RERANK"), ("classify", "CLASSIFY"))),
+# Choir's own settings as flags: (flag, variable); what each means, and whether it is a boolean (with a --no- form),
+# is the variable's declaration (choir/core/variables.py).
+CHOIR_FLAGS: tuple[tuple[str, str], ...] = (
+    *((f"--{name.removeprefix('CHOIR_').lower().replace('_', '-')}", name) for name in (
+        "CHOIR_COMPAT", "CHOIR_STORE", "CHOIR_STORE_URL", "CHOIR_STORE_TTL", "CHOIR_PROTECT_DOCS",
+        "CHOIR_PROTECT_METRICS", "CHOIR_ALLOW_RUNTIME_LORA", "CHOIR_MAX_N", "CHOIR_MAX_PROMPTS", "CHOIR_MAX_CHOICES",
+        "CHOIR_MAX_BODY_BYTES", "CHOIR_MAX_JSON_DEPTH", "CHOIR_MAX_GRAMMAR_BYTES", "CHOIR_GRAMMAR_COMPILE_SECONDS",
+        "CHOIR_GRAMMAR_COMPILERS", "CHOIR_DRAIN_SECONDS", "CHOIR_FANOUT_PLACEMENT", "CHOIR_MEDIA_DOMAINS",
+        "CHOIR_MAX_IMAGE_BYTES", "CHOIR_MAX_IMAGE_PIXELS", "CHOIR_MEDIA_FETCH_SECONDS")),
+    *((f"--{role}-{what.lower().replace('_', '-')}", f"CHOIR_{prefix}_{what}")
+      for role, prefix in (("embedding", "EMBEDDING"), ("rerank", "RERANK"), ("classify", "CLASSIFY"))
+      for what in ("MODEL", "MODEL_NAME", "ENGINE_ARGS")),
 )
-_BOOLEAN = "[boolean]"
 
 
 def _text(value: Any) -> str:
@@ -163,12 +144,11 @@ def parser() -> argparse.ArgumentParser:
 
 def _add_choir_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Choir", "Choir's own settings (each also a CHOIR_* environment variable)")
-    for flag, variable, what in CHOIR_FLAGS:
-        if what.endswith(_BOOLEAN):
-            group.add_argument(flag, dest=_dest(variable), action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{what.removesuffix(_BOOLEAN).strip()} ({variable})")
-        else:
-            group.add_argument(flag, dest=_dest(variable), default=None, help=f"{what} ({variable})")
+    for flag, variable in CHOIR_FLAGS:
+        declared = VARIABLES[variable]
+        action: str | type[argparse.Action] = argparse.BooleanOptionalAction if declared.boolean else "store"
+        group.add_argument(flag, dest=_dest(variable), action=action, default=None,
+                           help=f"{declared.summary} ({variable})")
 
 
 def _dest(variable: str) -> str:

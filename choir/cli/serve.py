@@ -16,6 +16,7 @@ from typing import Any
 
 from choir.cli import flags
 from choir.core.settings import Settings, SettingsError, environment
+from choir.core.variables import VARIABLES
 from choir.engine import backend
 
 HELP = """usage: choir serve [MODEL] [options]
@@ -102,9 +103,9 @@ def help_text() -> str:
                              break_on_hyphens=False)
 
     mapped = listed([option(dest) for dest in flags.SETTINGS if dest != "model_tag"])
-    own = "\n".join(f"  {flag:<28} {what.removesuffix('[boolean]').strip()} ({variable})"
-                    + (f"; {flag.replace('--', '--no-', 1)} turns it off" if what.endswith("[boolean]") else "")
-                    for flag, variable, what in flags.CHOIR_FLAGS)
+    own = "\n".join(f"  {flag:<28} {VARIABLES[variable].summary} ({variable})"
+                    + (f"; {flag.replace('--', '--no-', 1)} turns it off" if VARIABLES[variable].boolean else "")
+                    for flag, variable in flags.CHOIR_FLAGS)
     return HELP.format(mapped=mapped, uvicorn=listed([option(dest) for dest in flags.UVICORN]), own=own)
 
 

@@ -28,7 +28,7 @@ _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF
             "MPO": "image/jpeg"}  # a JPEG with more pictures after the first (phone cameras'): PIL names it MPO
 _ALIASES = {"image/jpg": "image/jpeg"}
 TEXT_ONLY = ("The served model reads text only: it takes no images. Serve a vision-language model to send them "
-             "(README: Models).")
+             "(docs/models.md).")
 
 
 class ImageRefused(APIError):

@@ -1,6 +1,6 @@
 """Data parallel on the real CPU engine: two engine ranks, the children of `n > 1` requests placed on purpose
 (CHOIR_FANOUT_PLACEMENT), and a second "node" on loopback (a headless engine, Choir as the head): the
-commands README's "Outgrowing one machine" shows."""
+commands docs/deploying.md ("Outgrowing one machine") shows."""
 
 import os
 import subprocess

@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.server import Server, start_server
 
+pytestmark = pytest.mark.engine
+
 KEY = "hostile-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 BUDGET = 6  # CHOIR_GRAMMAR_COMPILE_SECONDS here

@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from choir.core.settings import RoleModel, Settings, SettingsError
+from choir.core.variables import VLLM_DEFAULTS
 from choir.engine.protocol import AdapterError, Engine, PoolingEngine
 from choir.engine.vllm.args import check_gpu_share, parse_role_args
 from choir.engine.vllm.client import ClientConfig, async_llm, client_label
@@ -20,7 +21,7 @@ log = structlog.get_logger("choir.engine")
 
 # Engine processes talk over ZMQ: keep that on loopback. CPU KV cache in GiB: vLLM-CPU's
 # default reservation fails on small machines.
-ENGINE_ENVIRONMENT = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+ENGINE_ENVIRONMENT = {variable.name: variable.default for variable in VLLM_DEFAULTS}
 
 
 def settle_after_startup() -> None:
