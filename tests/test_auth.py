@@ -5,6 +5,7 @@ from litestar.testing import TestClient
 
 from choir.app.asgi import create_app
 from choir.core.settings import RoleModel, Settings
+from choir.plugins.auth import METRICS, OPEN
 from choir.plugins.spec import load_spec
 from tests.fakes import FakeEngine, FakePoolingEngine, fake_engine_factory
 
@@ -80,8 +81,8 @@ def test_with_a_key_the_route_errors_come_back(client):
     assert client.delete("/v1/models", headers=headers).status_code == 405
 
 
-@pytest.mark.parametrize("path", ["/health", "/version", "/metrics", "/schema", "/schema/openapi.json",
-                                  "/schema/assets/swagger-ui.css"])
+@pytest.mark.parametrize("path", ["/health", "/ping", "/ready", "/load", "/version", "/metrics", "/schema",
+                                  "/schema/openapi.json", "/schema/assets/swagger-ui.css"])
 def test_health_version_and_docs_stay_open(client, path):
     assert client.get(path).status_code == 200
 
@@ -115,6 +116,9 @@ def test_the_spec_declares_the_bearer_and_x_api_key_schemes():
                                      "description": schemes["ApiKeyAuth"]["description"]}
     assert spec["security"] == [{"BearerAuth": []}, {"ApiKeyAuth": []}]  # either one
     assert spec["paths"]["/health"]["get"]["security"] == [] and spec["paths"]["/version"]["get"]["security"] == []
+    open_in_spec = {path for path, item in spec["paths"].items() for operation in item.values()
+                    if isinstance(operation, dict) and operation.get("security") == []}
+    assert open_in_spec == set(OPEN) | {METRICS}
 
 
 def test_api_keys_setting_is_a_comma_separated_list(tmp_path):

@@ -15,11 +15,12 @@ from schemathesis.checks import positive_data_acceptance
 from choir.app.asgi import create_app
 from choir.core.settings import Settings
 from choir.engine.roles import Engines
+from choir.plugins.auth import METRICS, OPEN
 from choir.plugins.spec import SPEC_DIR
 from tests.fakes import FakeEngine, fake_engine_factory
 
 KEY = "fuzz-key"
-OPEN_PATHS = {"/health", "/version", "/metrics"}  # the docs (/schema) are open too, but not in the spec
+OPEN_PATHS = {*OPEN, METRICS}  # the docs (/schema) are open too, but not in the spec
 app = create_app(Settings(served_model_name="fake-model", api_keys=(KEY,)),
                  engine_factory=fake_engine_factory(FakeEngine()))
 app.state["engine"] = FakeEngine()  # schemathesis' ASGI client does not run the lifespan

@@ -95,6 +95,7 @@ AS_IS = {
     "disable_uvicorn_access_log": "Choir logs one line per request itself, never uvicorn's access log",
     "enable_request_id_headers": "Choir always answers with X-Request-Id",
     "enable_offline_docs": "Choir's docs are always served from the package, offline",
+    "enable_server_load_tracking": "Choir always serves /load",
     "enable_log_deltas": "Choir never logs outputs (see --enable-log-outputs)",
 }
 # Options Choir cannot honour: given with another value than vLLM's default, start-up stops naming them.
@@ -106,7 +107,6 @@ REFUSED = {
     "tool_strict_level": "Choir has no tool strictness levels",
     "tool_server": "Choir serves no built-in tools",
     "enable_per_request_metrics": "Choir's /metrics has no per-request series",
-    "enable_server_load_tracking": "Choir does not track server load",
     "sse_keep_alive_interval": "Choir sends keepalives on Messages streams only (`ping`)",
     "enable_tokenizer_info_endpoint": "Choir serves no /tokenizer_info",
     "enable_log_outputs": "Choir's request log has no bodies",

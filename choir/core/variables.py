@@ -170,9 +170,9 @@ GROUPS = (
     Group("Security, CORS and docs", (
         Variable("CHOIR_API_KEY", "", "API keys, comma-separated",
                  "Every path then needs `Authorization: Bearer <key>` (or `x-api-key`): a 401 otherwise, before "
-                 "any 404, 405 or validation, however the path is spelt; except `/health` and `/version`, and "
-                 "`/schema` and `/metrics` unless protected below. A `vllm serve` deployment's `VLLM_API_KEY` is "
-                 "read when this is unset.", shown="unset: `VLLM_API_KEY`, else open"),
+                 "any 404, 405 or validation, however the path is spelt; except the probes (`/health`, `/ping`, "
+                 "`/ready`, `/load`, `/version`), and `/schema` and `/metrics` unless protected below. A `vllm serve` "
+                 "deployment's `VLLM_API_KEY` is read when this is unset.", shown="unset: `VLLM_API_KEY`, else open"),
         Variable("CHOIR_PROTECT_DOCS", "false", "with API keys, the docs need the key too", boolean=True),
         Variable("CHOIR_PROTECT_METRICS", "false", "with API keys, /metrics needs the key too", boolean=True),
         Variable("CHOIR_ALLOWED_ORIGINS", "", "CORS: allowed origins (comma-separated or a JSON list)",

@@ -1,6 +1,6 @@
 """API keys (CHOIR_API_KEY): with keys set, every path needs `Authorization: Bearer <key>` (OpenAI's clients)
-or `x-api-key: <key>` (Anthropic's) but the few that are open (health, version, and unless set otherwise the
-docs and /metrics).
+or `x-api-key: <key>` (Anthropic's) but the few that are open (the probes: health, ping, ready, load, version;
+and unless set otherwise the docs and /metrics).
 
 Closed by default, so a caller without a key learns nothing about the routes: an unknown path is a 401 as a
 known one is, before any 404 or 405, however it is spelt. What is open is decided from what the router
@@ -27,7 +27,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from choir.core.errors import APIError
 from choir.plugins.spec import routed_path
 
-OPEN = ("/health", "/version")
+OPEN = ("/health", "/ping", "/ready", "/load", "/version")  # the probes a cluster reads without a key
 DOCS = "/schema"  # and everything below it: the docs page's assets, openapi.json
 METRICS = "/metrics"
 

@@ -37,6 +37,8 @@ def test_engine_death_ends_every_request_cleanly(tmp_path):
         while httpx.get(f"{server.base_url}/health").status_code != 503:
             assert time.monotonic() < deadline, "health did not turn 503"
             time.sleep(0.1)
+        for probe in ("/ready", "/ping"):  # neither ready nor alive: an orchestrator restarts it
+            assert httpx.get(f"{server.base_url}{probe}").status_code == 503
         for body in ({"prompt": "x", "max_tokens": 2}, {"prompt": "x", "max_tokens": 2, "stream": True}):
             response = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=30)
             assert response.status_code == 503

@@ -28,8 +28,15 @@ def test_sigterm_drains_then_stops_what_is_left(tmp_path):
         for thread in threads:
             thread.start()
         server.wait_for_unfinished(6)
+        assert httpx.get(f"{server.base_url}/load").json()["server_load"] == 6  # n = 2, three requests
+        assert httpx.get(f"{server.base_url}/ready").json() == {"status": "ready"}
         signaled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        try:  # draining: not ready (uvicorn has closed the listener, or the app says 503)
+            assert httpx.get(f"{server.base_url}/ready", timeout=5).status_code == 503
+        except httpx.TransportError:
+            pass
         for thread in threads:
             thread.join(60)
             assert not thread.is_alive()

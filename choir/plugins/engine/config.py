@@ -34,6 +34,11 @@ class ShutdownDrain:
         self.previous: dict[int, Any] = {}
         self.timer: asyncio.TimerHandle | None = None
 
+    @property
+    def draining(self) -> bool:
+        """A signal came: the server is on its way out (not ready for new work)."""
+        return self.timer is not None
+
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signals belong to the main thread (an in-process test client runs elsewhere)
@@ -81,8 +86,10 @@ class EngineConfig:
     engine_state_key: str = "engine"  # the generation engine alone (the hot path reads it)
     parsers_state_key: str = "parsers"  # the serving side's reasoning and tool parsers (choir/plugins/parsers.py)
     runtime_lora_state_key: str = RUNTIME_LORA_STATE_KEY  # whether adapters may be loaded at run time
+    drain_state_key: str = "drain"  # the ShutdownDrain: whether the server is draining
     dependency_key: str = "engine"
     engines_dependency_key: str = "engines"
+    draining_dependency_key: str = "draining"
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
@@ -97,12 +104,13 @@ class EngineConfig:
             app.state[self.runtime_lora_state_key] = self.settings.allow_runtime_lora
             drain = ShutdownDrain(list(by_role.values()), self.settings.drain_seconds)
             drain.install()
+            app.state[self.drain_state_key] = drain
             try:
                 yield
             finally:
                 drain.uninstall()
                 for key in (self.state_key, self.engine_state_key, self.parsers_state_key,
-                            self.runtime_lora_state_key):
+                            self.runtime_lora_state_key, self.drain_state_key):
                     app.state.pop(key, None)
 
     def provide_engine(self, state: State) -> Engine:
@@ -110,3 +118,7 @@ class EngineConfig:
 
     def provide_engines(self, state: State) -> Engines:
         return state[self.state_key]
+
+    def provide_draining(self, state: State) -> bool:
+        drain = state.get(self.drain_state_key)
+        return drain is not None and drain.draining

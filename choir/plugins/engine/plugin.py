@@ -19,5 +19,7 @@ class EnginePlugin(InitPlugin):
         app_config.dependencies[self.config.dependency_key] = Provide(self.config.provide_engine, sync_to_thread=False)
         app_config.dependencies[self.config.engines_dependency_key] = Provide(self.config.provide_engines,
                                                                               sync_to_thread=False)
+        app_config.dependencies[self.config.draining_dependency_key] = Provide(self.config.provide_draining,
+                                                                               sync_to_thread=False)
         app_config.route_handlers.extend(HEALTH_HANDLERS)
         return app_config
