@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from choir.core.settings import RoleModel, Settings
+from choir.engine.operator import PauseMode
 from choir.engine.outputs import EngineOutput, FinishReason
 from choir.engine.protocol import (
     CHAT_RENDER,
@@ -21,6 +22,7 @@ from choir.engine.protocol import (
     NO_OPTIONS,
     ChatTemplateOptions,
     Engine,
+    EngineRejected,
     GenerateOptions,
     PoolingEngine,
     Prompt,
@@ -82,7 +84,76 @@ class Output:
 
 
 @dataclass
-class FakeEngine:
+class FakeOperator:
+    """The operator calls (choir/engine/operator.py), recorded; whether the engine may sleep or profile is what a
+    test says it was started with."""
+
+    sleep_mode: bool = False
+    profiler: bool = False
+    paused: bool = False
+    sleeping: bool = False
+    prefix_cache_busy: bool = False  # blocks still held: a reset says False unless it resets running requests
+    operations: list[tuple[str, Any]] = field(default_factory=list)
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_external: bool = False) -> bool:
+        self.operations.append(("reset_prefix_cache", (reset_running_requests, reset_external)))
+        return reset_running_requests or not self.prefix_cache_busy
+
+    async def reset_mm_cache(self) -> None:
+        self.operations.append(("reset_mm_cache", None))
+
+    async def pause(self, mode: PauseMode = "abort", clear_cache: bool = True) -> None:
+        self.operations.append(("pause", (mode, clear_cache)))
+        self.paused = True
+
+    async def resume(self) -> None:
+        self.operations.append(("resume", None))
+        self.paused = False
+
+    async def is_paused(self) -> bool:
+        return self.paused
+
+    async def sleep(self, level: int = 1, mode: PauseMode = "abort") -> None:
+        if not self.sleep_mode:
+            raise EngineRejected("The engine was started without --enable-sleep-mode.")
+        self.operations.append(("sleep", (level, mode)))
+        self.sleeping = True
+
+    async def wake_up(self, tags: list[str] | None = None) -> bool:
+        if not self.sleep_mode:
+            raise EngineRejected("The engine was started without --enable-sleep-mode.")
+        self.operations.append(("wake_up", tags))
+        self.sleeping = tags is not None and "weights" not in tags
+        return not self.sleeping
+
+    async def is_sleeping(self) -> bool:
+        return self.sleeping
+
+    async def start_profile(self, prefix: str | None = None) -> None:
+        if not self.profiler:
+            raise EngineRejected("The engine was started without a profiler: start it with --profiler-config.")
+        self.operations.append(("start_profile", prefix))
+
+    async def stop_profile(self) -> None:
+        if not self.profiler:
+            raise EngineRejected("The engine was started without a profiler: start it with --profiler-config.")
+        self.operations.append(("stop_profile", None))
+
+    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[str, ...] = (),
+                             kwargs: dict[str, str] | None = None) -> list[Any]:
+        self.operations.append(("collective_rpc", (method, timeout, args, kwargs)))
+        return [{"method": method, "args": list(args)}, None, "worker 2"]
+
+    async def server_info(self, as_json: bool = False) -> dict[str, Any]:
+        config = {"model": "fake"} if as_json else "model=fake"
+        return {"vllm_config": config, "vllm_env": {"VLLM_HOST_IP": "127.0.0.1"}, "system_env": {}}
+
+    def kv_event_sources(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class FakeEngine(FakeOperator):
     """`script(prompt_text, params) -> list of text pieces` decides what each request generates."""
 
     script: Callable[[str, Any], list[str]] = lambda prompt, params: ["Hello", " world", "!"]
@@ -223,7 +294,7 @@ class FakeEngine:
 
 
 @dataclass
-class FakePoolingEngine:
+class FakePoolingEngine(FakeOperator):
     """A pooling role's engine. Embeds a prompt as its token ids' histogram over `embedding_size` buckets
     (deterministic, and different prompts get different vectors); classifies it by the same histogram over
     its labels, softmaxed (one label: the sigmoid of its share of even token ids); a pair is the two

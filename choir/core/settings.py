@@ -184,6 +184,7 @@ class Settings:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    dev_mode: bool = False  # vLLM's development routes (choir/app/routes/operator.py): VLLM_SERVER_DEV_MODE
     docs: bool = True  # /schema (the spec and Swagger UI); off: vLLM's --disable-fastapi-docs
     quiet_paths: tuple[str, ...] = ()  # requests to these paths are counted, not logged (vLLM's
     # --disable-access-log-for-endpoints)
@@ -285,6 +286,8 @@ class Settings:
             allowed_headers=_listed(env, "CHOIR_ALLOWED_HEADERS", ("*",)),
             allow_credentials=_boolean(env, "CHOIR_ALLOW_CREDENTIALS", False),
             docs=_boolean(env, "CHOIR_DOCS", True),
+            # vLLM's own variable too, as a `vllm serve` deployment sets it
+            dev_mode=_boolean(env, "CHOIR_DEV_MODE", _boolean(env, "VLLM_SERVER_DEV_MODE", False)),
             quiet_paths=_listed(env, "CHOIR_QUIET_PATHS", ()),
             environ=env,
         )

@@ -180,6 +180,11 @@ GROUPS = (
         Variable("CHOIR_ALLOWED_METHODS", "*", "CORS: allowed methods"),
         Variable("CHOIR_ALLOWED_HEADERS", "*", "CORS: allowed headers"),
         Variable("CHOIR_ALLOW_CREDENTIALS", "false", "CORS: allow credentials", boolean=True),
+        Variable("CHOIR_DEV_MODE", "false", "serve vLLM's development routes (caches, pause, sleep, profiler, "
+                 "collective_rpc, server_info)", "As vLLM's `VLLM_SERVER_DEV_MODE=1`, which is read when this is "
+                 "unset. Behind the API key; for development and RL loops, never for untrusted callers "
+                 "(`/collective_rpc` runs a method on every worker). See [Operating](../operating.md#operator-routes).",
+                 boolean=True),
         Variable("CHOIR_DOCS", "true", "serve the docs at /schema (the spec, Swagger UI)",
                  "`false` is vLLM's `--disable-fastapi-docs`.", boolean=True),
     )),

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from choir.core.errors import AdapterError, EngineDead, EngineRejected, UnknownAdapter
+from choir.engine.operator import Operator
 from choir.engine.outputs import EngineOutput
 from choir.engine.parsing import Parsers
 from choir.engine.sampling import Sampling
@@ -98,7 +99,7 @@ class Tokenizing(Protocol):
     def token_pieces(self, token_ids: list[int]) -> list[str]: ...
 
 
-class Engine(Tokenizing, Protocol):
+class Engine(Tokenizing, Operator, Protocol):
     model_root: str
     engine_name: str  # the engine's name and `version` its release, as the system fingerprint says them
     version: str
@@ -141,7 +142,7 @@ class Engine(Tokenizing, Protocol):
     def num_unfinished_requests(self) -> int: ...
 
 
-class PoolingEngine(Tokenizing, Protocol):
+class PoolingEngine(Tokenizing, Operator, Protocol):
     """A pooling role's engine (embed, rerank, classify: choir/engine/roles.py)."""
 
     role: str

@@ -35,6 +35,7 @@ from choir.core.protocol.messages import (
     MessagesRequest,
 )
 from choir.core.protocol.models import LoadLoraAdapterRequest, ModelList, UnloadLoraAdapterRequest
+from choir.core.protocol.operator import CollectiveRpcRequest
 from choir.core.protocol.pooling import (
     ClassificationRequest,
     ClassificationResponse,
@@ -53,7 +54,7 @@ WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatComple
               ScoreResponse, ClassificationRequest, ClassificationResponse, LoadLoraAdapterRequest,
               UnloadLoraAdapterRequest, ConversationCreateRequest, ConversationUpdateRequest,
               ConversationItemsRequest, Conversation, DeletedConversation, MessagesRequest, Message, MessageEvent,
-              CountTokensRequest, CountTokensResponse, AnthropicError]
+              CountTokensRequest, CountTokensResponse, AnthropicError, CollectiveRpcRequest]
 # The package data file itself (a checkout's, installed editable, when this is run as a script to update it).
 SPEC_FILE = Path(str(files("choir") / "spec" / "openapi.yaml"))
 

@@ -17,6 +17,7 @@ from choir.engine.protocol import (
     RenderOptions,
 )
 from choir.engine.vllm.errors import rejection, reraise
+from choir.engine.vllm.operator import VllmOperator
 
 # Where vLLM loads and processes images: an error raised there is the images' fault
 MEDIA_CODE = os.path.join("vllm", "multimodal", "")
@@ -29,7 +30,7 @@ SMALL_PROMPT = 8192
 TOKENIZE_CACHE_SIZE = 256  # distinct RenderOptions kept (each a few hundred bytes)
 
 
-class VllmBase:
+class VllmBase(VllmOperator):
     def __init__(self, engine: Any, engine_args: Any, version: str, model: str | None = None) -> None:
         """`model`: the model as configured (vLLM's args hold a local path in its place under HF_HUB_OFFLINE)."""
         from vllm.renderers.params import ChatParams, TokenizeParams

@@ -15,6 +15,7 @@ from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
 from choir.core.settings import Settings
+from choir.engine.operator import DEV_MODE_STATE_KEY
 from choir.engine.protocol import RUNTIME_LORA_STATE_KEY, Engine
 from choir.engine.roles import ROLES, AnyEngine, EngineFactory, Engines
 
@@ -86,6 +87,7 @@ class EngineConfig:
     engine_state_key: str = "engine"  # the generation engine alone (the hot path reads it)
     parsers_state_key: str = "parsers"  # the serving side's reasoning and tool parsers (choir/plugins/parsers.py)
     runtime_lora_state_key: str = RUNTIME_LORA_STATE_KEY  # whether adapters may be loaded at run time
+    dev_mode_state_key: str = DEV_MODE_STATE_KEY  # whether vLLM's development routes are served
     drain_state_key: str = "drain"  # the ShutdownDrain: whether the server is draining
     dependency_key: str = "engine"
     engines_dependency_key: str = "engines"
@@ -102,6 +104,7 @@ class EngineConfig:
             app.state[self.state_key] = engines
             app.state[self.engine_state_key] = engines.generate
             app.state[self.runtime_lora_state_key] = self.settings.allow_runtime_lora
+            app.state[self.dev_mode_state_key] = self.settings.dev_mode
             drain = ShutdownDrain(list(by_role.values()), self.settings.drain_seconds)
             drain.install()
             app.state[self.drain_state_key] = drain
@@ -110,7 +113,7 @@ class EngineConfig:
             finally:
                 drain.uninstall()
                 for key in (self.state_key, self.engine_state_key, self.parsers_state_key,
-                            self.runtime_lora_state_key, self.drain_state_key):
+                            self.runtime_lora_state_key, self.dev_mode_state_key, self.drain_state_key):
                     app.state.pop(key, None)
 
     def provide_engine(self, state: State) -> Engine:
