@@ -56,3 +56,35 @@ def test_metrics_count_requests_fanout_and_streams(client, fake_engine):
     assert delta("choir_time_to_first_chunk_seconds_count", route="createChatCompletion") == 1
     assert delta("choir_request_duration_seconds_count", route="createCompletion") == 1
     assert client.get("/metrics").headers["content-type"].startswith("text/plain")
+
+
+def test_each_log_line_is_one_write_with_its_newline():
+    """Several processes share one log (API processes, vLLM's engine): a line written in two parts could have
+    another process's line land between its text and its newline (seen in CI: a JSON line run on into vLLM's)."""
+    import json
+
+    import structlog
+
+    from choir.app.request_log import configure_logging
+
+    class Recording:
+        def __init__(self):
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    file = Recording()
+    configure_logging("info", file)
+    try:
+        structlog.get_logger("choir.test").info("serving", url="http://127.0.0.1:1", pids=[1, 2])
+        structlog.get_logger("choir.test").debug("not at info")
+    finally:
+        configure_logging("info")
+    [line] = file.writes
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert json.loads(line)["event"] == "serving"

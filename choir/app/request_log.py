@@ -1,7 +1,9 @@
 """structlog set-up and one JSON line per request: never per SSE chunk, and no bodies."""
 
 import logging
+import sys
 import time
+from typing import TextIO
 
 import structlog
 from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
@@ -18,7 +20,10 @@ def annotate(scope: Scope, **fields: object) -> None:
     scope["state"].update(fields)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, file: TextIO | None = None) -> None:
+    """JSON lines on stdout (or `file`). Each line is written whole, its newline included: structlog's default
+    PrintLogger writes the newline apart, and a line of another process sharing the log (API processes, vLLM's
+    engine) could land between the two."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -28,6 +33,7 @@ def configure_logging(level: str) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=lambda *_: structlog.WriteLogger(file or sys.stdout),  # sys.stdout as it is then
         cache_logger_on_first_use=False,  # one line per request: caching buys little, and tests can capture
     )
     # RequestLogMiddleware logs every request once; uvicorn's access log would be a second line.
