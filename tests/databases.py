@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ class Cluster:
     bin_dir: Path
     data: Path  # the cluster (data/db), its log and its unix socket
     user: str | None  # the system user the server runs as (initdb refuses root), None: this one
+    durable: bool = False  # commits on disk when acknowledged (synchronous_commit), for a cluster stopped as a crash
     port: int = 0
     _names: Iterator[int] = field(default_factory=itertools.count)
 
@@ -60,15 +62,23 @@ class Cluster:
         self.run("initdb", "-D", str(self.data / "db"), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
         for attempt in range(3):  # a free port can be taken before the server binds it
             self.port = free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off "
-                       "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
             try:
-                self.run("pg_ctl", "-D", str(self.data / "db"), "-o", options, "-l", str(self.data / "log"), "-w",
-                         "start")
+                self.resume()
                 return
             except subprocess.CalledProcessError:
                 if attempt == 2:
                     raise
+
+    def resume(self) -> None:
+        """The server (again) on its port."""
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off "
+                   f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
+                   "-c max_connections=200")
+        self.run("pg_ctl", "-D", str(self.data / "db"), "-o", options, "-l", str(self.data / "log"), "-w", "start")
+
+    def halt(self) -> None:
+        """The server stopped as an outage stops it (its clients' connections cut), its data kept."""
+        subprocess.run(self.stop_command(), check=True, capture_output=True, text=True, timeout=120)
 
     def stop_command(self) -> list[str]:
         return self.command("pg_ctl", "-D", str(self.data / "db"), "-m", "immediate", "-w", "stop")
@@ -87,10 +97,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"PostgreSQL variant: {reason}")
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Cluster]:
-    """One throwaway cluster per session (per pytest-xdist worker, were it used): trust auth, 127.0.0.1 only,
-    fsync off; stopped and removed at the session's end."""
+@contextmanager
+def throwaway_cluster(durable: bool = False) -> Iterator[Cluster]:
+    """A cluster of its own: trust auth, 127.0.0.1 only, fsync off; stopped and removed on leaving (or when
+    pytest is killed first). Skips, or fails under CHOIR_TEST_POSTGRES=1, where none can start."""
     if not REQUIRED:
         _unavailable("CHOIR_TEST_POSTGRES=1 runs it (`make test` sets it)")
     bin_dir = _bin_dir()
@@ -109,7 +119,7 @@ def postgres() -> Iterator[Cluster]:
             _unavailable("running as root, and there is no `postgres` user to run the server as")
         user = account.pw_name
         os.chown(data, account.pw_uid, account.pw_gid)
-    cluster = Cluster(bin_dir, data, user)
+    cluster = Cluster(bin_dir, data, user, durable)
     watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(data), *cluster.stop_command()],
                                 stdin=subprocess.PIPE, start_new_session=True)
     try:
@@ -123,6 +133,13 @@ def postgres() -> Iterator[Cluster]:
         assert watchdog.stdin is not None
         watchdog.stdin.close()
         watchdog.wait(timeout=90)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One throwaway cluster per session (per pytest-xdist worker, were it used)."""
+    with throwaway_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -247,3 +247,34 @@ def test_an_orphaned_background_response_is_reaped_as_failed(store_url):
         assert client.get(f"{PATH}/resp_orphan", params={"stream": "true"}).status_code == 200  # it ends
         reaped = client.get(f"{PATH}/resp_orphan").json()
         assert reaped["status"] == "failed" and "stopped" in reaped["error"]["message"]
+
+
+def test_a_store_gone_mid_run_loses_nothing_and_the_end_is_stored_once_it_is_back(store_url):
+    """The store goes away while a background response is made: the run goes on, its events wait, and once the
+    store is back its final state and every event are stored (replayed whole, in order)."""
+    from sqlalchemy.exc import OperationalError
+
+    client, engine = make_client(store_url, delay=0.02)
+    with client:
+        responses = client.app.state["store"].responses
+        sessions = responses.sessions
+
+        def down():
+            raise OperationalError("connect", {}, OSError("database is down"))
+
+        response_id = client.post(PATH, json={"input": "hi", "background": True}).json()["id"]
+        deadline = time.monotonic() + 20
+        while client.get(f"{PATH}/{response_id}").json()["status"] == "queued":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        responses.sessions = down
+        assert client.get(f"{PATH}/{response_id}").status_code == 503
+        time.sleep(len(PIECES) * 0.02 + 0.5)  # the generation ends meanwhile; its final state waits
+        assert client.get(f"{PATH}/{response_id}").status_code == 503
+        responses.sessions = sessions
+        done = wait_for(client, response_id)
+        assert done["status"] == "completed" and done["output"][0]["content"][0]["text"] == "".join(PIECES)
+        events = events_of(client.get(f"{PATH}/{response_id}", params={"stream": "true"}).text)
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        assert events[-1]["type"] == "response.completed"
+        assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "".join(PIECES)

@@ -62,21 +62,24 @@ class Server:
 
 
 def start_server(log_path: Path, env: dict[str, str] | None = None, attempts: int = 3,
-                 serve: bool = False) -> Server:
+                 serve: bool = False, port: int | None = None) -> Server:
     """uvicorn binds its port only after the lifespan has started the engine, whose own processes
     take free ports meanwhile: a port taken that way is retried with another. `serve`: started as
-    `make serve` starts it (choir/cli/serve.py: the supervisor, for CHOIR_API_SERVERS > 1)."""
-    for attempt in range(attempts):
+    `make serve` starts it (choir/cli/serve.py: the supervisor, for CHOIR_API_SERVERS > 1). `port`: this one
+    (a replica restarted where its router knows it), tried once."""
+    tries = 1 if port else attempts
+    for attempt in range(tries):
         try:
-            return _start_server(log_path, env, serve)
+            return _start_server(log_path, env, serve, port)
         except RuntimeError as exc:
-            if "address already in use" not in str(exc) or attempt == attempts - 1:
+            if "address already in use" not in str(exc) or attempt == tries - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = False) -> Server:
-    port = free_port()
+def _start_server(log_path: Path, env: dict[str, str] | None, serve: bool = False,
+                  port: int | None = None) -> Server:
+    port = port or free_port()
     environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", **(env or {})}
     # Each server stores its responses beside its log, not in the project's store.
     environment.setdefault("CHOIR_STORE_URL", f"sqlite+aiosqlite:///{log_path.parent / 'store.sqlite3'}")

@@ -4,24 +4,19 @@ nothing but HTTP. Through each: chat, an `n > 1` stream, embeddings, a Responses
 replica the router picks, a stored response read back, a conversation and a background response, the Messages API.
 Embeddings through vLLM's router only: SGLang's gateway registers one model per worker."""
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import anthropic
-import httpx
 import pytest
 from openai import OpenAI
 
 from choir.core.settings import bundled_model_dir
 from tests.databases import postgres_or_none
-from tests.integration.server import free_port, start_server
+from tests.integration.routers import start_router
+from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine
 
-BIN = Path(sys.executable).parent
 # The policies that route on HTTP alone (kv_aware needs the engines' KV events; manual, a header's worker).
 ROUTERS = [*(("vllm-router", policy) for policy in ("round_robin", "random", "power_of_two", "cache_aware",
                                                      "consistent_hash")),
@@ -45,34 +40,13 @@ def replicas(request, tmp_path_factory):
             replica.stop()
 
 
-def router_command(program: str, policy: str, port: int, workers: list[str]) -> list[str]:
-    # SGLang's gateway keeps a Responses store of its own unless told not to: the replicas' shared store serves
-    # stored responses and conversations, so it passes them through.
-    own = [] if program == "vllm-router" else ["launch", "--backend", "vllm", "--history-backend", "none"]
-    return [str(BIN / program), *own, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers,
-            "--policy", policy]
-
-
 @pytest.fixture(scope="module", params=ROUTERS, ids=[f"{program}-{policy}" for program, policy in ROUTERS])
 def router(request, replicas, tmp_path_factory):
     program, policy = request.param
-    port = free_port()
-    log = tmp_path_factory.mktemp("router") / f"{program}.log"
-    process = subprocess.Popen(router_command(program, policy, port, [r.base_url for r in replicas]),
-                               stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/v1/models", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.3)
-    yield program, base
-    process.terminate()
-    process.wait(10)
+    started = start_router(program, policy, [r.base_url for r in replicas],
+                           tmp_path_factory.mktemp("router") / f"{program}.log")
+    yield program, started.base_url
+    started.stop()
 
 
 def test_generation_and_embeddings_pass_through(router):

@@ -1,7 +1,9 @@
 """Background responses (`background: true`): stored at once as `queued`, then made by a task of this
 process that no client holds: it goes on when the client leaves, and ends `completed`, `incomplete`,
 `failed` or `cancelled`. Its events are stored as they come (a batch at most every FLUSH_SECONDS, the last
-ones with its final state), so a stream that follows it may start on any API process, from any event."""
+ones with its final state), so a stream that follows it may start on any API process, from any event.
+A store that goes away meanwhile costs the run nothing: its events wait, and its final state is stored once the
+store is back (within STORE_PATIENCE_SECONDS; after that, like a run whose process died, it is reaped as failed)."""
 
 import asyncio
 import time
@@ -20,13 +22,15 @@ from choir.app.serving.streaming import named_frame
 from choir.core.errors import APIError
 from choir.core.protocol.responses import ResponsesRequest
 from choir.plugins.aggregation import Aggregator
-from choir.plugins.store.responses import HEARTBEAT_SECONDS, UNFINISHED, InTransaction
+from choir.plugins.store.responses import HEARTBEAT_SECONDS, STALE_SECONDS, UNFINISHED, InTransaction
 from choir.plugins.store.runs import Frame, Run
 from choir.plugins.store.store import Store
 from choir.plugins.store.tables import StoreUnavailable
 
 FLUSH_SECONDS = 0.2  # how often a run stores its new events (and learns whether it was cancelled elsewhere)
 POLL_SECONDS = 0.2  # how often a stream on another process looks for them
+STORE_PATIENCE_SECONDS = STALE_SECONDS  # how long a run's final state waits for a store that went away
+RETRY_SECONDS = 0.5  # how often it tries again meanwhile
 
 
 async def start(store: Store, owner: str, request: ResponsesRequest, context: Continued, aggregator: Aggregator,
@@ -61,8 +65,10 @@ async def _make(store: Store, run: Run, request: ResponsesRequest, context: Cont
     except asyncio.CancelledError:
         # Cancelled here: by a cancel (stored already, so nothing more is written) or because the server stops.
         stopped = APIError(503, "The server stopped while this background response was being made.")
-        await _quietly(writer.write([builder.failed(stopped)], _failed_body(builder, stopped)))
+        await _quietly(writer.write([builder.failed(stopped)], _failed_body(builder, stopped), patience=0))
         raise
+    except StoreUnavailable:
+        pass  # gone for STORE_PATIENCE_SECONDS at the end, or at the start: reaped as failed once it is back
     except Exception as exc:  # noqa: BLE001 - told as the response's failure, as a stream tells it
         await _quietly(writer.write([builder.failed(exc)], _failed_body(builder, exc)))
     finally:
@@ -86,7 +92,8 @@ async def _watch(store: Store, response_id: str, task: "asyncio.Task[None]", wri
 
 
 class _Writer:
-    """A run's events: to the streams of this process at once, to the store in batches."""
+    """A run's events: to the streams of this process at once, to the store in batches. A batch the store
+    cannot take now waits for the next one; the final one is tried again for `patience` seconds."""
 
     def __init__(self, store: Store, run: Run, response_id: str) -> None:
         self.store, self.run, self.response_id = store, run, response_id
@@ -94,18 +101,40 @@ class _Writer:
         self.pending: list[Frame] = []
 
     async def write(self, events: list[Event], final: dict[str, Any] | None = None,
-                    then: InTransaction | None = None) -> bool:
+                    then: InTransaction | None = None, patience: float = STORE_PATIENCE_SECONDS) -> bool:
         frames = [(self.sequence + index, name, data) for index, (name, data) in enumerate(events)]
         self.sequence += len(frames)
         self.pending += frames
         if final is None and time.monotonic() - self.flushed < FLUSH_SECONDS:
             self.run.add(frames)
             return True
-        batch, self.pending, self.flushed = self.pending, [], time.monotonic()
-        going = await self.store.responses.add_events(
-            self.response_id, [(sequence, name, data.decode()) for sequence, name, data in batch], final, then)
+        self.flushed = time.monotonic()
+        if final is None:
+            try:
+                going = await self._flush(final, then)
+            except StoreUnavailable:
+                going = True  # the batch waits for the next one; this process's streams have it now
+            if going:
+                self.run.add(frames)
+            return going
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                going = await self._flush(final, then)
+                break
+            except StoreUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(RETRY_SECONDS)
         if going:  # the last events after their state is stored: a client that reads them may GET it
             self.run.add(frames)
+        return going
+
+    async def _flush(self, final: dict[str, Any] | None, then: InTransaction | None) -> bool:
+        going = await self.store.responses.add_events(
+            self.response_id, [(sequence, name, data.decode()) for sequence, name, data in self.pending], final,
+            then)
+        self.pending = []
         return going
 
 

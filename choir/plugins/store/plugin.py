@@ -27,13 +27,15 @@ class StoreConfig:
     def alchemy(self) -> Any:
         """advanced-alchemy's config, built on first use (it imports SQLAlchemy)."""
         if self._alchemy is None:
-            from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyAsyncConfig
+            from advanced_alchemy.extensions.litestar import AsyncSessionConfig, EngineConfig, SQLAlchemyAsyncConfig
 
             from choir.plugins.store.models import StoreBase
 
-            # Rows outlive their session: what a call read or wrote is answered after it is committed.
+            # Rows outlive their session: what a call read or wrote is answered after it is committed. A pooled
+            # connection is tried before use: after a database restart the first call finds a fresh one, not a 503.
             self._alchemy = SQLAlchemyAsyncConfig(connection_string=self.url, metadata=StoreBase.metadata,
                                                   session_config=AsyncSessionConfig(expire_on_commit=False),
+                                                  engine_config=EngineConfig(pool_pre_ping=True),
                                                   set_default_exception_handler=False)
         return self._alchemy
 
