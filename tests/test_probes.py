@@ -40,3 +40,24 @@ def test_load_counts_the_requests_not_finished(client, fake_engine):
 
 def test_probes_refuse_other_methods(client):
     assert client.post("/ready").status_code == 405 and client.post("/load").status_code == 405
+
+
+def test_not_ready_until_the_store_is_migrated(tmp_path):
+    """A store that cannot be reached at start-up: the server is alive and serves what needs no store, but not
+    ready (a cluster sends it nothing yet); ready once the store is, without a restart."""
+    from litestar.testing import TestClient
+
+    from choir.app.asgi import create_app
+    from choir.core.settings import Settings
+    from tests.fakes import FakeEngine, fake_engine_factory
+
+    blocked = tmp_path / "store"
+    blocked.write_text("a file where the store's directory should be")
+    settings = Settings(served_model_name="fake-model", store_url=f"sqlite+aiosqlite:///{blocked}/s.db")
+    with TestClient(create_app(settings, engine_factory=fake_engine_factory(FakeEngine()))) as client:
+        assert client.get("/health").status_code == 200
+        assert "store" in error_of(client.get("/ready"), 503)
+        blocked.unlink()
+        answer = client.get("/ready")
+        assert answer.status_code == 200 and answer.json() == {"status": "ready"}
+        assert client.post("/v1/responses", json={"input": "hi"}).status_code == 200

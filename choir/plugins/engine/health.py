@@ -1,11 +1,20 @@
 """The probes a cluster reads, open to everyone as on vLLM's server: liveness (GET /health, and SageMaker's
 /ping), readiness (GET /ready), load (GET /load) and versions (GET /version)."""
 
+from collections.abc import Awaitable, Callable
+
+from litestar.datastructures import State
+
 import choir
 from choir.core.errors import APIError
 from choir.engine.roles import ROLES, Engines
 from choir.plugins.engine.config import EngineDependency, EnginesDependency
 from choir.plugins.spec import operation
+
+# What else must be ready before new requests come, each a check that raises a 503 saying why (the store registers
+# one: migrated, which it tries again on each call while it could not be).
+READINESS_STATE_KEY = "readiness"
+Readiness = Callable[[], Awaitable[None]]
 
 
 def _alive(engines: Engines) -> dict[str, str | int]:
@@ -33,12 +42,15 @@ async def ping_post(engines: EnginesDependency) -> dict[str, str | int]:
 
 
 @operation("ready")
-async def ready(engines: EnginesDependency, draining: bool) -> dict[str, str]:
-    """Live, and not on its way out. The app answers only once its lifespan has started every engine and
-    migrated the store, so an answer at all means those are done."""
+async def ready(engines: EnginesDependency, draining: bool, state: State) -> dict[str, str]:
+    """Live, not on its way out, and what the app registered ready (the store migrated: it was down at start-up,
+    say). The app answers only once its lifespan has started every engine."""
     _alive(engines)
     if draining:
         raise APIError(503, "The server is draining (it received SIGTERM): send new requests elsewhere.")
+    checks: list[Readiness] = state.get(READINESS_STATE_KEY, [])
+    for check in checks:
+        await check()
     return {"status": "ready"}
 
 

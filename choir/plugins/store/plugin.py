@@ -14,6 +14,8 @@ from litestar import Litestar
 from litestar.config.app import AppConfig
 from litestar.plugins import InitPlugin
 
+from choir.plugins.engine.health import READINESS_STATE_KEY
+
 
 @dataclass
 class StoreConfig:
@@ -58,11 +60,14 @@ class StoreConfig:
             except StoreUnavailable:
                 pass  # logged; the stateful calls answer 503 and try again, the rest is served as usual
             app.state[self.state_key] = store
+            readiness = app.state.setdefault(READINESS_STATE_KEY, [])
+            readiness.append(store.responses.ready)  # not ready until migrated (a 503 while it cannot be)
             try:
                 yield
             finally:
                 await store.runs.stop()
                 app.state.pop(self.state_key, None)
+                readiness.remove(store.responses.ready)
 
     async def _prepare(self) -> None:
         """The tables, migrated to the newest revision (choir/plugins/store/migrate.py; and, for SQLite, its directory
