@@ -182,9 +182,17 @@ def test_metrics_show_the_whole_server(two):
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     scrapes = [httpx.get(f"{two.base_url}/metrics").text for _ in range(6)]  # answered by either process
     assert {total(text, sample) - before for text in scrapes} == {10}
-    for text in scrapes:  # vLLM's engine gauges once (one engine), not once per API process
-        running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
-        assert len(running) == 1, running
+    for text in scrapes:  # vLLM's engine gauges once per engine (two here), not once per API process
+        series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+        assert len(series) == len(set(series)), sorted({s for s in series if series.count(s) > 1})
+        # What llm-d's endpoint picker and vLLM's production stack scrape: each family once, a series per engine.
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                     "vllm:lora_requests_info", "vllm:cache_config_info", "vllm:prefix_cache_hits_total",
+                     "vllm:prefix_cache_queries_total"):
+            assert text.count(f"# TYPE {name} ") == 1, name
+            assert 1 <= sum(line.startswith(f"{name}{{") for line in text.splitlines()) <= 2, name
+        [lora] = [line for line in text.splitlines() if line.startswith("vllm:lora_requests_info{")]
+        assert 'max_lora="' in lora and "running_lora_adapters=" in lora and "waiting_lora_adapters=" in lora
 
 
 def test_a_client_that_leaves_aborts_its_children(two):
