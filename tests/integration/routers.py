@@ -40,11 +40,12 @@ def router_command(program: str, policy: str, port: int, workers: list[str], fla
 
 
 def start_router(program: str, policy: str, workers: list[str], log_path: Path,
-                 flags: Sequence[str] = ()) -> Router:
+                 flags: Sequence[str] = (), env: dict[str, str] | None = None) -> Router:
     """The router, once it lists the workers' models."""
     port = free_port()
     process = subprocess.Popen(router_command(program, policy, port, workers, list(flags)),
-                               stdout=log_path.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
+                               stdout=log_path.open("w"), stderr=subprocess.STDOUT,
+                               env={**os.environ, "NO_PROXY": "*", **(env or {})})
     router = Router(program, process, f"http://127.0.0.1:{port}", log_path)
     deadline = time.monotonic() + 60
     while True:

@@ -1,10 +1,13 @@
 """Choir as a replica behind the routers the field runs: two replicas on loopback sharing one store (PostgreSQL under
 `make test`), vLLM's router (`vllm-router`) and SGLang's gateway (`smg`) in front, under every policy that needs
-nothing but HTTP. Through each: chat, an `n > 1` stream, embeddings, a Responses chain continued on whichever
-replica the router picks, a stored response read back, a conversation and a background response, the Messages API.
-Embeddings through vLLM's router only: SGLang's gateway registers one model per worker."""
+nothing but HTTP, and vLLM's router's `kv_aware` on the engines' own KV-cache events. Through each: chat, an
+`n > 1` stream, embeddings, a Responses chain continued on whichever replica the router picks, a stored response
+read back, a conversation and a background response, the Messages API. Embeddings through vLLM's router only:
+SGLang's gateway registers one model per worker."""
 
+import json
 import time
+from dataclasses import dataclass
 
 import anthropic
 import pytest
@@ -13,38 +16,69 @@ from openai import OpenAI
 from choir.core.settings import bundled_model_dir
 from tests.databases import postgres_or_none
 from tests.integration.routers import start_router
-from tests.integration.server import start_server
+from tests.integration.server import ROOT, Server, free_port, start_server
 
 pytestmark = pytest.mark.engine
 
-# The policies that route on HTTP alone (kv_aware needs the engines' KV events; manual, a header's worker).
+# Every policy that routes on HTTP alone (manual: a header's worker), and kv_aware on the engines' KV events.
 ROUTERS = [*(("vllm-router", policy) for policy in ("round_robin", "random", "power_of_two", "cache_aware",
-                                                     "consistent_hash")),
+                                                     "consistent_hash", "kv_aware")),
            *(("smg", policy) for policy in ("round_robin", "random", "power_of_two", "cache_aware", "least_load",
                                             "consistent_hashing", "prefix_hash"))]
+BLOCK = 32  # the KV block size: vLLM's CPU build takes multiples of 32, vLLM's router assumes 16 unless told
+
+
+@dataclass
+class Replica:
+    server: Server
+    events: str  # where its engine publishes KV-cache events (ZMQ, bound on the replica's side)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
 
 
 @pytest.fixture(scope="module")
 def replicas(request, tmp_path_factory):
     directory = tmp_path_factory.mktemp("replicas")
     store = postgres_or_none(request) or f"sqlite+aiosqlite:///{directory / 'store.sqlite3'}"
-    started = []
+    started: list[Replica] = []
     try:
         for index in range(2):  # one core each
-            started.append(start_server(directory / f"replica{index}.log", {
+            port = free_port()
+            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{port}",
+                      "topic": "kv"}
+            server = start_server(directory / f"replica{index}.log", {
                 "CHOIR_STORE_URL": store, "VLLM_CPU_OMP_THREADS_BIND": str(index),
-                "CHOIR_EMBEDDING_MODEL": str(bundled_model_dir("embed"))}))
+                "CHOIR_EMBEDDING_MODEL": str(bundled_model_dir("embed")), "PYTHONHASHSEED": "0",
+                "CHOIR_ENGINE_ARGS": f"--kv-events-config '{json.dumps(events)}' --block-size {BLOCK}"})
+            started.append(Replica(server, f"tcp://127.0.0.1:{port}"))
         yield started
     finally:
         for replica in started:
-            replica.stop()
+            replica.server.stop()
+
+
+def kv_aware_flags(replicas: list[Replica]) -> list[str]:
+    """Each replica's event source, as vLLM's router documents them (it would otherwise ask the replica for
+    SGLang's /get_server_info, which `vllm serve` lacks too)."""
+    flags = [flag for replica in replicas for flag in ("--kv-event-source", f"{replica.base_url}={replica.events}")]
+    return [*flags, "--kv-event-block-size", str(BLOCK), "--kv-event-model", "choir-tiny"]
 
 
 @pytest.fixture(scope="module", params=ROUTERS, ids=[f"{program}-{policy}" for program, policy in ROUTERS])
 def router(request, replicas, tmp_path_factory):
     program, policy = request.param
+    kv = policy == "kv_aware"
     started = start_router(program, policy, [r.base_url for r in replicas],
-                           tmp_path_factory.mktemp("router") / f"{program}.log")
+                           tmp_path_factory.mktemp("router") / f"{program}.log",
+                           kv_aware_flags(replicas) if kv else (),
+                           {"VLLM_ROUTER_TOKENIZER": str(ROOT / "models" / "choir-tiny")} if kv else None)
+    deadline = time.monotonic() + 10
+    while kv and not all(f"subscriber for {replica.base_url} rank0 on {replica.events}" in started.log()
+                         for replica in replicas):  # it subscribed to both replicas' events
+        assert time.monotonic() < deadline, started.log()[-3000:]
+        time.sleep(0.2)
     yield program, started.base_url
     started.stop()
 
