@@ -30,7 +30,7 @@ def test_spec_and_generated_openapi_are_valid_and_agree():
     for path, item in spec["paths"].items():
         for method, op in item.items():
             ours = generated["paths"][path][method]
-            if "requestBody" in op:
+            if "application/json" in op.get("requestBody", {}).get("content", {}):  # a multipart upload: its own
                 assert _required_fields(spec, op) == _required_fields(generated, ours), (path, method)
             assert set(ours["responses"]) >= {code for code in op["responses"] if code.startswith("2")}
 

@@ -119,7 +119,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                          f"Choir as one API process.")
     spec = spec or SpecConfig(compat=settings.compat)
     engine = EngineConfig(settings=settings, factories=factories)
-    store = StoreConfig(settings.store_url, settings.store_ttl, keyed=bool(settings.api_keys))
+    store = StoreConfig(settings.store_url, settings.store_ttl, keyed=bool(settings.api_keys),
+                        max_file_bytes=settings.max_file_bytes)
     try:
         _ = spec.operation_rules  # a bad or unknown CHOIR_COMPAT profile stops start-up here, in one line
     except SettingsError as exc:

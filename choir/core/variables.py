@@ -125,6 +125,8 @@ GROUPS = (
         Variable("CHOIR_MAX_CHOICES", "1024", "most engine requests (n x prompts) one request may make",
                  "Over any limit: a 400 naming it."),
         Variable("CHOIR_MAX_BODY_BYTES", str(16 * 1024 * 1024), "largest request body", "A 413 above it."),
+        Variable("CHOIR_MAX_FILE_BYTES", str(200 * 1024 * 1024), "largest file `POST /v1/files` takes",
+                 "A 413 above it, found while the upload streams in (OpenAI's Batch API takes 200 MB)."),
         Variable("CHOIR_MAX_JSON_DEPTH", "128", "deepest JSON nesting of a request body",
                  "A 400 above it (vLLM's server answers depth 1000 with a 500)."),
         Variable("CHOIR_MAX_GRAMMAR_BYTES", str(256 * 1024), "largest schema, regex or grammar a request may "

@@ -23,6 +23,7 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import HTTPRouteHandler
 from litestar.plugins import InitPlugin
+from litestar.types import Empty
 from litestar.utils import normalize_path
 
 from choir.core.compat import CompatProfile, OperationCompat
@@ -185,6 +186,8 @@ class SpecPlugin(InitPlugin):
             description=op.definition.get("description"),
             tags=op.definition.get("tags"),
             before_request=content_type_check(body_types) if body_types else None,
+            # x-choir-streamed-body: the handler reads the body as it comes and bounds it itself (an upload)
+            request_max_body_size=None if op.definition.get("x-choir-streamed-body") else Empty,
             # the error shape of the operation's API family: OpenAI's, or Anthropic's (choir/app/errors.py)
             opt={"compat": compat, "errors": op.definition.get("x-choir-errors", "openai")},
         )(fn)

@@ -187,3 +187,19 @@ def test_chat_continuous_usage_from_the_first_chunk(client, model):
     assert chunks[0].choices[0].delta.role == "assistant"
     assert (chunks[0].usage.prompt_tokens, chunks[0].usage.completion_tokens) == (prompt, 0)
     assert chunks[-1].usage.completion_tokens == 4 and all(c.usage is not None for c in chunks)
+
+
+def test_files_through_the_sdk(client):
+    """The OpenAI SDK's Files calls, as the Batch API uses them: upload, describe, list, read back, delete."""
+    lines = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
+    uploaded = client.files.create(file=("in.jsonl", lines), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(lines) and uploaded.filename == "in.jsonl"
+    assert client.files.retrieve(uploaded.id).id == uploaded.id
+    assert uploaded.id in [f.id for f in client.files.list(purpose="batch")]
+    assert client.files.content(uploaded.id).content == lines
+    assert client.files.delete(uploaded.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(uploaded.id)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=("in.jsonl", lines), purpose="fine-tune")
+    assert refused.value.body["param"] == "purpose"

@@ -14,6 +14,7 @@ from choir.app.routes.conversations import (
     update_conversation,
 )
 from choir.app.routes.embeddings import create_embedding
+from choir.app.routes.files import FILE_HANDLERS
 from choir.app.routes.invocations import invocations
 from choir.app.routes.messages import count_message_tokens, create_message
 from choir.app.routes.models import list_models, retrieve_model
@@ -34,4 +35,4 @@ ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_co
                   create_conversation_items, list_conversation_items, get_conversation_item, delete_conversation_item,
                   create_embedding, create_tokens, create_text, create_rerank, create_score, create_classification,
                   load_lora_adapter, unload_lora_adapter, invocations, create_message, count_message_tokens,
-                  *OPERATOR_HANDLERS]
+                  *FILE_HANDLERS, *OPERATOR_HANDLERS]

@@ -26,6 +26,7 @@ from choir.core.protocol.conversations import (
     DeletedConversation,
 )
 from choir.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from choir.core.protocol.files import DeletedFile, FileList, OpenAIFile
 from choir.core.protocol.messages import (
     AnthropicError,
     CountTokensRequest,
@@ -54,7 +55,8 @@ WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatComple
               ScoreResponse, ClassificationRequest, ClassificationResponse, LoadLoraAdapterRequest,
               UnloadLoraAdapterRequest, ConversationCreateRequest, ConversationUpdateRequest,
               ConversationItemsRequest, Conversation, DeletedConversation, MessagesRequest, Message, MessageEvent,
-              CountTokensRequest, CountTokensResponse, AnthropicError, CollectiveRpcRequest]
+              CountTokensRequest, CountTokensResponse, AnthropicError, CollectiveRpcRequest, OpenAIFile, FileList,
+              DeletedFile]
 # The package data file itself (a checkout's, installed editable, when this is run as a script to update it).
 SPEC_FILE = Path(str(files("choir") / "spec" / "openapi.yaml"))
 

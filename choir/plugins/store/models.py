@@ -4,11 +4,11 @@ A stored response keeps its own turn only: its `Response` object (the output ite
 items, each with an id, plus a link to the response it continued. A `previous_response_id` continues the
 chain those links make, read in one recursive query: storage grows with the turns, not with their square.
 A background response also keeps its stream's events, so any API process can replay or follow it.
-A conversation is a list of items in the order they were added."""
+A conversation is a list of items in the order they were added. A file is its bytes and what OpenAI says of it."""
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ID = String(300)  # resp_ + a request id (256 at most)
@@ -66,3 +66,18 @@ class ConversationItem(StoreBase):
     id: Mapped[str] = mapped_column(ID)
     conversation_id: Mapped[str] = mapped_column(String(80), index=True)
     item: Mapped[dict[str, Any]] = mapped_column(JSON)  # as the Conversations API lists it
+
+
+class StoredFile(StoreBase):
+    """An uploaded file (the Batch API's input, and the output and error files a batch writes)."""
+
+    __tablename__ = "choir_file"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int | None] = mapped_column(BigInteger, index=True, nullable=True)
+    filename: Mapped[str] = mapped_column(String(512))
+    purpose: Mapped[str] = mapped_column(String(32))
+    size: Mapped[int] = mapped_column("bytes", BigInteger)
+    content: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # read only by /content

@@ -22,6 +22,7 @@ class StoreConfig:
     url: str | None  # an SQLAlchemy async URL (sqlite+aiosqlite:///..., postgresql+asyncpg://...); None: no store
     ttl: int | None = None  # seconds a stored response lives (None: until deleted)
     keyed: bool = False  # the server has API keys: each key sees only what it stored
+    max_file_bytes: int = 200 * 1024 * 1024  # the largest file /v1/files takes
     state_key: str = "store"
     _alchemy: Any = field(default=None, init=False, repr=False)
 
@@ -44,19 +45,23 @@ class StoreConfig:
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
         from choir.plugins.store.conversations import ConversationStore
+        from choir.plugins.store.files import FileStore
         from choir.plugins.store.responses import ResponseStore
         from choir.plugins.store.store import Store
         from choir.plugins.store.tables import StoreUnavailable
 
         async with self.alchemy.lifespan(app):
             sessions, prepared = self.alchemy.create_session_maker(), _Once(self._prepare)
+            files = FileStore(sessions, self.ttl, self.keyed, prepared)
+            files.max_bytes = self.max_file_bytes
             store = Store(ResponseStore(sessions, self.ttl, self.keyed, prepared),
-                          ConversationStore(sessions, self.ttl, self.keyed, prepared))
+                          ConversationStore(sessions, self.ttl, self.keyed, prepared), files)
             try:
                 await store.responses.ready()
                 if self.ttl:
                     await store.responses.evict()
                     await store.conversations.evict()
+                    await store.files.evict()
             except StoreUnavailable:
                 pass  # logged; the stateful calls answer 503 and try again, the rest is served as usual
             app.state[self.state_key] = store

@@ -1,8 +1,9 @@
-"""The store a stateful call reads: responses, conversations, and the background runs of this process."""
+"""The store a stateful call reads: responses, conversations, files, and the background runs of this process."""
 
 from dataclasses import dataclass, field
 
 from choir.plugins.store.conversations import ConversationStore
+from choir.plugins.store.files import FileStore
 from choir.plugins.store.responses import ResponseStore
 from choir.plugins.store.runs import Runs
 
@@ -11,6 +12,7 @@ from choir.plugins.store.runs import Runs
 class Store:
     responses: ResponseStore
     conversations: ConversationStore
+    files: FileStore
     runs: Runs = field(default_factory=Runs)
 
     def owner(self, key: bytes | None) -> str:

@@ -1,0 +1,144 @@
+"""The Files API (/v1/files), as the Batch API needs it: upload (multipart, `purpose: batch`), list, describe,
+read back and delete; each file its API key's only (choir/plugins/store/files.py). The upload is read as it
+comes and refused with a 413 once past CHOIR_MAX_FILE_BYTES, never buffered whole to find out."""
+
+from collections.abc import AsyncGenerator
+from typing import Any, Literal
+
+from litestar import Request, Response
+from litestar._multipart import parse_content_header, parse_multipart_form
+from litestar.datastructures import UploadFile
+from litestar.exceptions import ClientException
+
+from choir.app.routes.responses import store_and_owner
+from choir.core.errors import APIError, bad_request
+from choir.core.protocol.files import DeletedFile, FileList, OpenAIFile
+from choir.plugins.pipeline import PipelineDependency
+from choir.plugins.spec import operation
+from choir.plugins.store.models import StoredFile
+from choir.plugins.store.store import Store
+
+PURPOSES = ("batch",)
+MIN_EXPIRY, MAX_EXPIRY = 3600, 30 * 24 * 3600  # OpenAI's bounds on `expires_after[seconds]`
+
+
+def as_file(row: StoredFile) -> OpenAIFile:
+    return OpenAIFile(id=row.id, bytes=row.size, created_at=row.created_at, expires_at=row.expires_at,
+                      filename=row.filename, purpose=row.purpose)
+
+
+def file_not_found(file_id: str, param: str = "file_id") -> APIError:
+    return APIError(404, f"No file with id '{file_id}' is stored for this API key.", param)
+
+
+def _files(request: Request, pipeline: PipelineDependency) -> tuple[Store, str]:
+    store, owner = store_and_owner(request, pipeline)
+    if store is None:
+        raise bad_request("Files need the store, and this server runs without one (CHOIR_STORE=off).")
+    return store, owner
+
+
+async def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
+    """The body as it comes, a 413 as soon as it passes `limit` (a Content-Length over it: before reading)."""
+    too_large = APIError(413, f"The file is larger than this server takes ({limit} bytes, CHOIR_MAX_FILE_BYTES).",
+                         "file")
+    if (request.content_length or 0) > limit:
+        raise too_large
+    seen = 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            raise too_large
+        yield chunk
+
+
+def _field(form: dict[str, Any], name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+@operation("createFile")
+async def create_file(request: Request, pipeline: PipelineDependency) -> OpenAIFile:
+    store, owner = _files(request, pipeline)
+    _, options = parse_content_header(request.headers.get("content-type", ""))
+    boundary = options.get("boundary")
+    if not boundary:
+        raise bad_request("The body must be multipart/form-data with a boundary (fields `file` and `purpose`).")
+    # The multipart overhead is small: the file itself is bounded below, once its size is known.
+    try:
+        form = await parse_multipart_form(_bounded(request, store.files.max_bytes + 64 * 1024), boundary.encode(),
+                                          multipart_form_part_limit=16)
+    except ClientException as exc:
+        raise bad_request(f"The multipart body cannot be read: {exc.detail}.") from None
+    upload = form.get("file")
+    try:
+        if not isinstance(upload, UploadFile):
+            raise bad_request("`file` is required: the file to upload, as a multipart file field.", "file")
+        purpose = _field(form, "purpose")
+        if purpose not in PURPOSES:
+            raise bad_request(f"`purpose` must be one of {', '.join(PURPOSES)} (Choir stores files for the Batch API "
+                              f"only), not {purpose!r}.", "purpose")
+        expires_after = _expiry(form)
+        content = await upload.read()
+    finally:
+        for value in form.values():
+            if isinstance(value, UploadFile):
+                await value.close()
+    if len(content) > store.files.max_bytes:
+        raise APIError(413, f"The file is larger than this server takes ({store.files.max_bytes} bytes, "
+                            "CHOIR_MAX_FILE_BYTES).", "file")
+    return as_file(await store.files.create(owner, upload.filename or "file", purpose, content, expires_after))
+
+
+def _expiry(form: dict[str, Any]) -> int | None:
+    anchor, seconds = _field(form, "expires_after[anchor]"), _field(form, "expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise bad_request("`expires_after[anchor]` must be `created_at`.", "expires_after.anchor")
+    if seconds is None or not seconds.isdigit() or not MIN_EXPIRY <= int(seconds) <= MAX_EXPIRY:
+        raise bad_request(f"`expires_after[seconds]` must be an integer from {MIN_EXPIRY} to {MAX_EXPIRY}.",
+                          "expires_after.seconds")
+    return int(seconds)
+
+
+@operation("listFiles")
+async def list_files(request: Request, pipeline: PipelineDependency, purpose: str | None = None,
+                     after: str | None = None, limit: int = 10000,
+                     order: Literal["asc", "desc"] = "desc") -> FileList:
+    if not 1 <= limit <= 10000:
+        raise bad_request("`limit` must be from 1 to 10000.", "limit")
+    store, owner = _files(request, pipeline)
+    rows, has_more = await store.files.list(owner, purpose, after, limit, order)
+    data = [as_file(row) for row in rows]
+    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                    has_more=has_more)
+
+
+@operation("retrieveFile")
+async def retrieve_file(file_id: str, request: Request, pipeline: PipelineDependency) -> OpenAIFile:
+    store, owner = _files(request, pipeline)
+    row = await store.files.get(owner, file_id)
+    if row is None:
+        raise file_not_found(file_id)
+    return as_file(row)
+
+
+@operation("downloadFile")
+async def download_file(file_id: str, request: Request, pipeline: PipelineDependency) -> Response[bytes]:
+    store, owner = _files(request, pipeline)
+    content = await store.files.content(owner, file_id)
+    if content is None:
+        raise file_not_found(file_id)
+    return Response(content, media_type="application/octet-stream")
+
+
+@operation("deleteFile")
+async def delete_file(file_id: str, request: Request, pipeline: PipelineDependency) -> DeletedFile:
+    store, owner = _files(request, pipeline)
+    if not await store.files.delete(owner, file_id):
+        raise file_not_found(file_id)
+    return DeletedFile(id=file_id)
+
+
+FILE_HANDLERS = [create_file, list_files, retrieve_file, download_file, delete_file]
