@@ -117,3 +117,39 @@ def test_no_store_no_files():
     with make_client(None) as client:
         assert "store" in error_of(upload(client), 400)
         assert "store" in error_of(client.get(PATH), 400)
+
+
+def test_expired_files_are_not_listed_and_are_evicted(client):
+    """An expired file takes no place in a page (the page is read past it), and is deleted on the next upload."""
+    from sqlalchemy import func, select, update
+
+    from choir.plugins.store.models import StoredFile
+
+    files = client.app.state["store"].files
+    ids = [upload(client, name=f"f{i}").json()["id"] for i in range(3)]
+
+    async def expire(file_ids):
+        async with files.session() as session:
+            await session.execute(update(StoredFile).where(StoredFile.id.in_(file_ids)).values(expires_at=1))
+            await session.commit()
+
+    async def stored():
+        async with files.session() as session:
+            return await session.scalar(select(func.count()).select_from(StoredFile))
+
+    client.blocking_portal.call(expire, ids[1:])
+    page = client.get(PATH, params={"limit": 1}).json()
+    assert [f["id"] for f in page["data"]] == [ids[0]] and page["has_more"] is False
+    error_of(client.get(f"{PATH}/{ids[2]}"), 404, "file_id")
+    files._evicted = 0.0
+    upload(client)
+    assert client.blocking_portal.call(stored) == 2
+
+
+def test_an_odd_form_is_a_400_not_a_500(client):
+    fields = {"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600\u00b2"}
+    error_of(upload(client, **fields), 400, "expires_after.seconds")
+    twice = client.post(PATH, files=[("file", ("a", b"a")), ("file", ("b", b"b"))], data={"purpose": "batch"})
+    assert "twice" in error_of(twice, 400, "file")
+    named = upload(client, name="n" * 600 + "\x00")
+    assert named.status_code == 200 and named.json()["filename"] == "n" * 512

@@ -28,7 +28,11 @@ class Router:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def router_command(program: str, policy: str, port: int, workers: list[str], flags: list[str]) -> list[str]:
@@ -43,9 +47,9 @@ def start_router(program: str, policy: str, workers: list[str], log_path: Path,
                  flags: Sequence[str] = (), env: dict[str, str] | None = None) -> Router:
     """The router, once it lists the workers' models."""
     port = free_port()
-    process = subprocess.Popen(router_command(program, policy, port, workers, list(flags)),
-                               stdout=log_path.open("w"), stderr=subprocess.STDOUT,
-                               env={**os.environ, "NO_PROXY": "*", **(env or {})})
+    with log_path.open("w") as log:  # the router writes to its own copy of the descriptor
+        process = subprocess.Popen(router_command(program, policy, port, workers, list(flags)), stdout=log,
+                                   stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*", **(env or {})})
     router = Router(program, process, f"http://127.0.0.1:{port}", log_path)
     deadline = time.monotonic() + 60
     while True:

@@ -4,8 +4,8 @@
   OpenAI's shape, what does not is served as before; a background response being made meanwhile ends, and its end
   is stored once the store is back; nothing stored before is lost; no replica is restarted.
 - A replica's engine dies mid-stream: its stream ends with an error event, the other replica's stream ends well,
-  and the router (its health checks, retries and circuit breaker) sends what comes next to the live one; the
-  replica restarted on its port rejoins."""
+  and the router (its health checks and retries; no circuit breaker, see ROUTER_FLAGS) sends what comes next to
+  the live one; the replica restarted on its port rejoins."""
 
 import json
 import time
@@ -86,9 +86,10 @@ def test_the_store_going_away_costs_the_stateful_calls_a_503_and_nothing_more(fl
     conversation = client.conversations.create(items=[{"type": "message", "role": "user", "content": "hi"}])
     background = client.responses.create(model=MODEL, input="tell", max_output_tokens=400, background=True)
     deadline = time.monotonic() + 30
-    while client.responses.retrieve(background.id).status == "queued":
+    while (status := client.responses.retrieve(background.id).status) == "queued":
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    assert status == "in_progress"  # 400 tokens take seconds more
 
     cluster.halt()
     stateful = (lambda: client.responses.retrieve(kept.id),
@@ -111,6 +112,11 @@ def test_the_store_going_away_costs_the_stateful_calls_a_503_and_nothing_more(fl
             model=MODEL, max_tokens=2, messages=[{"role": "user", "content": "hi"}])
         assert message.stop_reason in ("max_tokens", "end_turn")
 
+    # The background response's generation ends during the outage (no engine request left): its end waits.
+    deadline = time.monotonic() + 60
+    while any(httpx.get(f"{replica.base_url}/health").json()["unfinished_requests"] for replica in fleet.replicas):
+        assert time.monotonic() < deadline, "the background response's generation did not end"
+        time.sleep(0.1)
     cluster.resume()
     # Back without a restart: the background response ended meanwhile, and its end was stored once it could be.
     deadline = time.monotonic() + 60

@@ -74,13 +74,15 @@ def router(request, replicas, tmp_path_factory):
                            tmp_path_factory.mktemp("router") / f"{program}.log",
                            kv_aware_flags(replicas) if kv else (),
                            {"VLLM_ROUTER_TOKENIZER": str(ROOT / "models" / "choir-tiny")} if kv else None)
-    deadline = time.monotonic() + 10
-    while kv and not all(f"subscriber for {replica.base_url} rank0 on {replica.events}" in started.log()
-                         for replica in replicas):  # it subscribed to both replicas' events
-        assert time.monotonic() < deadline, started.log()[-3000:]
-        time.sleep(0.2)
-    yield program, started.base_url
-    started.stop()
+    try:
+        deadline = time.monotonic() + 10
+        while kv and not all(f"subscriber for {replica.base_url} rank0 on {replica.events}" in started.log()
+                             for replica in replicas):  # it subscribed to both replicas' events
+            assert time.monotonic() < deadline, started.log()[-3000:]
+            time.sleep(0.2)
+        yield program, started.base_url
+    finally:
+        started.stop()
 
 
 def test_generation_and_embeddings_pass_through(router):

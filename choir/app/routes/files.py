@@ -20,6 +20,7 @@ from choir.plugins.store.store import Store
 
 PURPOSES = ("batch",)
 MIN_EXPIRY, MAX_EXPIRY = 3600, 30 * 24 * 3600  # OpenAI's bounds on `expires_after[seconds]`
+MAX_FILENAME = 512  # characters kept of a file's name (the store's column)
 
 
 def as_file(row: StoredFile) -> OpenAIFile:
@@ -69,9 +70,16 @@ async def create_file(request: Request, pipeline: PipelineDependency) -> OpenAIF
         form = await parse_multipart_form(_bounded(request, store.files.max_bytes + 64 * 1024), boundary.encode(),
                                           multipart_form_part_limit=16)
     except ClientException as exc:
-        raise bad_request(f"The multipart body cannot be read: {exc.detail}.") from None
+        if exc.status_code == 413:
+            raise
+        too_many = "Too Large" in exc.detail
+        raise bad_request("The multipart body has too many parts (`file`, `purpose` and `expires_after` are all it "
+                          "takes)." if too_many else f"The multipart body cannot be read: {exc.detail}.") from None
     upload = form.get("file")
     try:
+        if any(isinstance(value, list) for value in form.values()):
+            raise bad_request("A field is sent twice: send `file` and `purpose` once each.",
+                              next(name for name, value in form.items() if isinstance(value, list)))
         if not isinstance(upload, UploadFile):
             raise bad_request("`file` is required: the file to upload, as a multipart file field.", "file")
         purpose = _field(form, "purpose")
@@ -82,12 +90,14 @@ async def create_file(request: Request, pipeline: PipelineDependency) -> OpenAIF
         content = await upload.read()
     finally:
         for value in form.values():
-            if isinstance(value, UploadFile):
-                await value.close()
+            for part in value if isinstance(value, list) else [value]:
+                if isinstance(part, UploadFile):
+                    await part.close()
     if len(content) > store.files.max_bytes:
         raise APIError(413, f"The file is larger than this server takes ({store.files.max_bytes} bytes, "
                             "CHOIR_MAX_FILE_BYTES).", "file")
-    return as_file(await store.files.create(owner, upload.filename or "file", purpose, content, expires_after))
+    name = (upload.filename or "file").replace("\x00", "")[:MAX_FILENAME] or "file"
+    return as_file(await store.files.create(owner, name, purpose, content, expires_after))
 
 
 def _expiry(form: dict[str, Any]) -> int | None:
@@ -96,7 +106,7 @@ def _expiry(form: dict[str, Any]) -> int | None:
         return None
     if anchor != "created_at":
         raise bad_request("`expires_after[anchor]` must be `created_at`.", "expires_after.anchor")
-    if seconds is None or not seconds.isdigit() or not MIN_EXPIRY <= int(seconds) <= MAX_EXPIRY:
+    if seconds is None or not (seconds.isascii() and seconds.isdigit()) or not MIN_EXPIRY <= int(seconds) <= MAX_EXPIRY:
         raise bad_request(f"`expires_after[seconds]` must be an integer from {MIN_EXPIRY} to {MAX_EXPIRY}.",
                           "expires_after.seconds")
     return int(seconds)

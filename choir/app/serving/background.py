@@ -31,6 +31,7 @@ FLUSH_SECONDS = 0.2  # how often a run stores its new events (and learns whether
 POLL_SECONDS = 0.2  # how often a stream on another process looks for them
 STORE_PATIENCE_SECONDS = STALE_SECONDS  # how long a run's final state waits for a store that went away
 RETRY_SECONDS = 0.5  # how often it tries again meanwhile
+REAP_MARGIN_SECONDS = 5  # it stops trying this long before a reader would take the run for dead
 
 
 async def start(store: Store, owner: str, request: ResponsesRequest, context: Continued, aggregator: Aggregator,
@@ -86,6 +87,7 @@ async def _watch(store: Store, response_id: str, task: "asyncio.Task[None]", wri
             going = await store.responses.heartbeat(response_id)
         except StoreUnavailable:
             continue
+        writer.heard = time.monotonic()
         if not going:
             task.cancel()
             return
@@ -93,11 +95,13 @@ async def _watch(store: Store, response_id: str, task: "asyncio.Task[None]", wri
 
 class _Writer:
     """A run's events: to the streams of this process at once, to the store in batches. A batch the store
-    cannot take now waits for the next one; the final one is tried again for `patience` seconds."""
+    cannot take now waits for the next one; the final one is tried again while the run is not yet taken for
+    dead (STALE_SECONDS after the store last heard of it, less a margin), and for `patience` seconds at most."""
 
     def __init__(self, store: Store, run: Run, response_id: str) -> None:
         self.store, self.run, self.response_id = store, run, response_id
         self.sequence, self.flushed = 0, time.monotonic()
+        self.heard = time.monotonic()  # when the store last took a write of this run's (events, or a heartbeat)
         self.pending: list[Frame] = []
 
     async def write(self, events: list[Event], final: dict[str, Any] | None = None,
@@ -117,15 +121,21 @@ class _Writer:
             if going:
                 self.run.add(frames)
             return going
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                going = await self._flush(final, then)
-                break
-            except StoreUnavailable:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(RETRY_SECONDS)
+        deadline = min(time.monotonic() + patience, self.heard + STALE_SECONDS - REAP_MARGIN_SECONDS)
+        try:
+            while True:
+                try:
+                    going = await self._flush(final, then)
+                    break
+                except StoreUnavailable:
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(RETRY_SECONDS)
+        except BaseException:
+            # Not stored: these last events are not the run's (a failure's may follow them), the earlier ones are.
+            del self.pending[len(self.pending) - len(frames):]
+            self.sequence -= len(frames)
+            raise
         if going:  # the last events after their state is stored: a client that reads them may GET it
             self.run.add(frames)
         return going
@@ -134,7 +144,7 @@ class _Writer:
         going = await self.store.responses.add_events(
             self.response_id, [(sequence, name, data.decode()) for sequence, name, data in self.pending], final,
             then)
-        self.pending = []
+        self.pending, self.heard = [], time.monotonic()
         return going
 
 

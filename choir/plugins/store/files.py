@@ -5,7 +5,7 @@ import secrets
 import time
 from typing import Literal
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, delete, or_, select
 
 from choir.plugins.store.models import StoredFile
 from choir.plugins.store.tables import Tables, live
@@ -16,8 +16,16 @@ def new_file_id() -> str:
     return f"file-{time.time_ns():016x}{secrets.token_hex(8)}"
 
 
+EVICT_EVERY_SECONDS = 60
+
+
+def _live() -> ColumnElement[bool]:
+    return or_(StoredFile.expires_at.is_(None), StoredFile.expires_at > int(time.time()))
+
+
 class FileStore(Tables):
     max_bytes = 200 * 1024 * 1024  # the largest file (CHOIR_MAX_FILE_BYTES)
+    _evicted = 0.0
 
     async def create(self, owner: str, filename: str, purpose: str, content: bytes,
                      expires_after: int | None = None) -> StoredFile:
@@ -29,6 +37,8 @@ class FileStore(Tables):
         async with self.session() as session:
             session.add(row)
             await session.commit()
+        if now - self._evicted > EVICT_EVERY_SECONDS:  # files may expire with no store TTL (expires_after)
+            await self.evict()
         return row
 
     async def get(self, owner: str, file_id: str) -> StoredFile | None:
@@ -45,7 +55,7 @@ class FileStore(Tables):
     async def list(self, owner: str, purpose: str | None, after: str | None, limit: int,
                    order: Literal["asc", "desc"]) -> tuple[list[StoredFile], bool]:
         """A page of the owner's live files, newest first for `desc`, those after the file `after`."""
-        query = select(StoredFile).where(StoredFile.owner == owner)
+        query = select(StoredFile).where(StoredFile.owner == owner, _live())
         if purpose is not None:
             query = query.where(StoredFile.purpose == purpose)
         newest_first = order == "desc"
@@ -61,7 +71,7 @@ class FileStore(Tables):
                 key, same = StoredFile.created_at, StoredFile.created_at == at
                 query = query.where((key < at) | (same & (StoredFile.id < last)) if newest_first
                                     else (key > at) | (same & (StoredFile.id > last)))
-            rows = [row for row in (await session.scalars(query.limit(limit + 1))).all() if live(row.expires_at)]
+            rows = list((await session.scalars(query.limit(limit + 1))).all())
         return rows[:limit], len(rows) > limit
 
     async def delete(self, owner: str, file_id: str) -> bool:
@@ -72,6 +82,8 @@ class FileStore(Tables):
         return bool(getattr(result, "rowcount", 0))
 
     async def evict(self) -> None:
+        """Delete the files past their time (at start-up, then at most once a minute)."""
+        self._evicted = time.time()
         async with self.session() as session:
             await session.execute(delete(StoredFile).where(StoredFile.expires_at <= int(time.time())))
             await session.commit()

@@ -58,10 +58,10 @@ class StoreConfig:
                           ConversationStore(sessions, self.ttl, self.keyed, prepared), files)
             try:
                 await store.responses.ready()
+                await store.files.evict()  # a file may have its own expiry, with no store TTL
                 if self.ttl:
                     await store.responses.evict()
                     await store.conversations.evict()
-                    await store.files.evict()
             except StoreUnavailable:
                 pass  # logged; the stateful calls answer 503 and try again, the rest is served as usual
             app.state[self.state_key] = store
