@@ -44,7 +44,7 @@ async def test_a_fresh_database_goes_to_head_and_matches_the_models(store_url):
     try:
         await upgrade(engine)
         await upgrade(engine)  # at head: nothing to do
-        assert await versions(engine) == [head(engine)] == ["0003"]
+        assert await versions(engine) == [head(engine)] == ["0004"]
         async with engine.connect() as connection:
             assert await connection.run_sync(differences) == []
     finally:
@@ -58,7 +58,7 @@ async def test_a_database_from_before_migrations_is_stamped_then_upgraded(store_
             for statement in OLD_SCHEMA:
                 await connection.exec_driver_sql(statement)
         await upgrade(engine)
-        assert await versions(engine) == ["0003"]
+        assert await versions(engine) == ["0004"]
         async with engine.connect() as connection:
             assert await connection.run_sync(differences) == []
             row = (await connection.exec_driver_sql(
@@ -72,7 +72,7 @@ async def test_processes_starting_at_once_migrate_once(store_url):
     engines = [create_async_engine(store_url) for _ in range(3)]
     try:
         await asyncio.gather(*(upgrade(engine) for engine in engines))
-        assert await versions(engines[0]) == ["0003"]
+        assert await versions(engines[0]) == ["0004"]
         async with engines[0].connect() as connection:
             assert await connection.run_sync(differences) == []
     finally:

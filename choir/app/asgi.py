@@ -13,6 +13,8 @@ from choir.app.errors import exception_handler
 from choir.app.request_log import configure_logging, watch_request
 from choir.app.requests import request_class
 from choir.app.routes import ROUTE_HANDLERS
+from choir.app.routes.batches import RUNNER_STATE_KEY
+from choir.app.serving.batch_runner import BatchRunnerPlugin
 from choir.core.errors import APIError
 from choir.core.settings import Settings, SettingsError
 from choir.engine.roles import EngineFactory
@@ -137,7 +139,10 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                                 store, MediaPolicy(settings.media_domains, settings.max_image_bytes,
                                                    settings.max_image_pixels, settings.media_fetch_seconds,
                                                    settings.trust_request_mm_kwargs)),
-                 EnginePlugin(engine), StorePlugin(store), MetricsPlugin(), SpecPlugin(spec)],
+                 EnginePlugin(engine), StorePlugin(store),
+                 *([BatchRunnerPlugin(store.state_key, settings.batch_concurrency, RUNNER_STATE_KEY)]
+                   if store.url is not None else []),
+                 MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,
                             Exception: exception_handler},
         openapi_config=openapi_config(load_spec(spec.spec_dir)) if settings.docs else None,

@@ -135,6 +135,7 @@ class Settings:
     max_choices: int = 1024
     max_body_bytes: int = 16 * 1024 * 1024
     max_file_bytes: int = 200 * 1024 * 1024
+    batch_concurrency: int = 4
     max_json_depth: int = 128
     max_grammar_bytes: int = 256 * 1024
     grammar_compile_seconds: int = 10
@@ -246,6 +247,7 @@ class Settings:
             max_choices=_positive_int(env, "CHOIR_MAX_CHOICES", 1024),
             max_body_bytes=_positive_int(env, "CHOIR_MAX_BODY_BYTES", 16 * 1024 * 1024),
             max_file_bytes=_positive_int(env, "CHOIR_MAX_FILE_BYTES", 200 * 1024 * 1024),
+            batch_concurrency=_positive_int(env, "CHOIR_BATCH_CONCURRENCY", 4),
             max_json_depth=_positive_int(env, "CHOIR_MAX_JSON_DEPTH", 128),
             max_grammar_bytes=_positive_int(env, "CHOIR_MAX_GRAMMAR_BYTES", 256 * 1024),
             grammar_compile_seconds=_positive_int(env, "CHOIR_GRAMMAR_COMPILE_SECONDS", 10),

@@ -125,6 +125,8 @@ GROUPS = (
         Variable("CHOIR_MAX_CHOICES", "1024", "most engine requests (n x prompts) one request may make",
                  "Over any limit: a 400 naming it."),
         Variable("CHOIR_MAX_BODY_BYTES", str(16 * 1024 * 1024), "largest request body", "A 413 above it."),
+        Variable("CHOIR_BATCH_CONCURRENCY", "4", "requests of one batch in the engine at a time",
+                 "A batch's lines are sent a few at a time, so live requests keep their place in the engine's queue."),
         Variable("CHOIR_MAX_FILE_BYTES", str(200 * 1024 * 1024), "largest file `POST /v1/files` takes",
                  "A 413 above it, found while the upload streams in (OpenAI's Batch API takes 200 MB)."),
         Variable("CHOIR_MAX_JSON_DEPTH", "128", "deepest JSON nesting of a request body",

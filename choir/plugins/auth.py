@@ -57,6 +57,11 @@ class AuthConfig:
         return None if matched else _unauthorized("Invalid API key.")
 
 
+# A scope key only this process sets (no header or client can): the owner an in-process request acts for, as the
+# digest of the API key that made the batch it answers (choir/app/serving/batch_runner.py).
+INTERNAL_OWNER = "choir.owner"
+
+
 def api_key(scope: Scope) -> bytes | None:
     """The key a request offers: `Authorization: Bearer <key>`, else `x-api-key: <key>` (Claude Code sends the one
     its settings name; the anthropic SDK 2.16 a Bearer token)."""
@@ -83,6 +88,9 @@ class BearerAuthMiddleware(ASGIMiddleware):
         self.config = config
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        if INTERNAL_OWNER in scope:  # a request this process makes for an owner (a batch's line): no HTTP client
+            await next_app(scope, receive, send)
+            return
         # The route's template (`/v1/models/{model}`), which the router set: no client's spelling.
         failure = self.config.failure(self.config.is_open(scope["path_template"]), api_key(scope))
         if failure is not None:

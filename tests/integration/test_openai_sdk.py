@@ -203,3 +203,39 @@ def test_files_through_the_sdk(client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.files.create(file=("in.jsonl", lines), purpose="fine-tune")
     assert refused.value.body["param"] == "purpose"
+
+
+def test_a_batch_through_the_sdk(client, model):
+    """OpenAI's batch calls, as its SDK makes them: a file of requests uploaded, a batch made and polled, its output
+    and error files read; each line answered as the same request sent live (seeded: the same tokens)."""
+    import json
+    import time
+
+    def line(custom_id, **body):
+        return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                           "body": {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                    "seed": 7, **body}})
+
+    content = "\n".join([line("a"), line("b", n=2), line("c", model="not-served")]).encode()
+    uploaded = client.files.create(file=("batch.jsonl", content), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    deadline = time.monotonic() + 120
+    while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.2)
+    assert batch.status == "completed" and batch.request_counts.total == 3
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (2, 1)
+    outputs = [json.loads(text) for text in client.files.content(batch.output_file_id).text.splitlines()]
+    assert [output["custom_id"] for output in outputs] == ["a", "b"]
+    live = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                          seed=7)
+    assert outputs[0]["response"]["body"]["choices"][0]["message"]["content"] == live.choices[0].message.content
+    [error] = [json.loads(text) for text in client.files.content(batch.error_file_id).text.splitlines()]
+    assert error["custom_id"] == "c" and error["response"]["status_code"] == 400
+    assert batch.id in [listed.id for listed in client.batches.list()]
+    bad = client.files.create(file=("bad.jsonl", b"{not json\n"), purpose="batch")
+    failed = client.batches.create(input_file_id=bad.id, endpoint="/v1/chat/completions", completion_window="24h")
+    while (failed := client.batches.retrieve(failed.id)).status == "validating":
+        time.sleep(0.1)
+    assert failed.status == "failed" and failed.errors.data[0].line == 1

@@ -32,10 +32,11 @@ def file_not_found(file_id: str, param: str = "file_id") -> APIError:
     return APIError(404, f"No file with id '{file_id}' is stored for this API key.", param)
 
 
-def _files(request: Request, pipeline: PipelineDependency) -> tuple[Store, str]:
+def files_of(request: Request, pipeline: PipelineDependency) -> tuple[Store, str]:
+    """The store and the request's owner; a 400 on a server without a store."""
     store, owner = store_and_owner(request, pipeline)
     if store is None:
-        raise bad_request("Files need the store, and this server runs without one (CHOIR_STORE=off).")
+        raise bad_request("Files and batches need the store, and this server runs without one (CHOIR_STORE=off).")
     return store, owner
 
 
@@ -60,7 +61,7 @@ def _field(form: dict[str, Any], name: str) -> str | None:
 
 @operation("createFile")
 async def create_file(request: Request, pipeline: PipelineDependency) -> OpenAIFile:
-    store, owner = _files(request, pipeline)
+    store, owner = files_of(request, pipeline)
     _, options = parse_content_header(request.headers.get("content-type", ""))
     boundary = options.get("boundary")
     if not boundary:
@@ -118,7 +119,7 @@ async def list_files(request: Request, pipeline: PipelineDependency, purpose: st
                      order: Literal["asc", "desc"] = "desc") -> FileList:
     if not 1 <= limit <= 10000:
         raise bad_request("`limit` must be from 1 to 10000.", "limit")
-    store, owner = _files(request, pipeline)
+    store, owner = files_of(request, pipeline)
     rows, has_more = await store.files.list(owner, purpose, after, limit, order)
     data = [as_file(row) for row in rows]
     return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
@@ -127,7 +128,7 @@ async def list_files(request: Request, pipeline: PipelineDependency, purpose: st
 
 @operation("retrieveFile")
 async def retrieve_file(file_id: str, request: Request, pipeline: PipelineDependency) -> OpenAIFile:
-    store, owner = _files(request, pipeline)
+    store, owner = files_of(request, pipeline)
     row = await store.files.get(owner, file_id)
     if row is None:
         raise file_not_found(file_id)
@@ -136,7 +137,7 @@ async def retrieve_file(file_id: str, request: Request, pipeline: PipelineDepend
 
 @operation("downloadFile")
 async def download_file(file_id: str, request: Request, pipeline: PipelineDependency) -> Response[bytes]:
-    store, owner = _files(request, pipeline)
+    store, owner = files_of(request, pipeline)
     content = await store.files.content(owner, file_id)
     if content is None:
         raise file_not_found(file_id)
@@ -145,7 +146,7 @@ async def download_file(file_id: str, request: Request, pipeline: PipelineDepend
 
 @operation("deleteFile")
 async def delete_file(file_id: str, request: Request, pipeline: PipelineDependency) -> DeletedFile:
-    store, owner = _files(request, pipeline)
+    store, owner = files_of(request, pipeline)
     if not await store.files.delete(owner, file_id):
         raise file_not_found(file_id)
     return DeletedFile(id=file_id)

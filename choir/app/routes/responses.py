@@ -20,7 +20,7 @@ from choir.app.serving.streaming import named_frame
 from choir.core.errors import bad_request
 from choir.core.protocol.responses import DeletedResponse, ResponseItemList, ResponsesRequest
 from choir.core.protocol.responses import Response as ResponseObject
-from choir.plugins.auth import api_key
+from choir.plugins.auth import INTERNAL_OWNER, api_key
 from choir.plugins.pipeline import Pipeline, PipelineDependency
 from choir.plugins.spec import operation
 from choir.plugins.store.store import Store
@@ -147,5 +147,8 @@ def _id(item: dict[str, object]) -> str:
 def store_and_owner(request: Request, pipeline: Pipeline) -> tuple[Store | None, str]:
     """The store, and who this request reads and stores as (its API key's digest, or "")."""
     store = pipeline.stored(request)
-    return store, store.owner(api_key(request.scope)) if store is not None else ""
+    if store is None:
+        return None, ""
+    internal = request.scope.get(INTERNAL_OWNER)  # a batch's line, for its owner
+    return store, internal if isinstance(internal, str) else store.owner(api_key(request.scope))
 

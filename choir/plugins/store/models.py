@@ -81,3 +81,28 @@ class StoredFile(StoreBase):
     purpose: Mapped[str] = mapped_column(String(32))
     size: Mapped[int] = mapped_column("bytes", BigInteger)
     content: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # read only by /content
+
+
+class StoredBatch(StoreBase):
+    """A batch (OpenAI's Batch API): its Batch object, and which process runs it (claimed in the store)."""
+
+    __tablename__ = "choir_batch"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)  # the Batch object, as returned
+    runner: Mapped[str | None] = mapped_column(String(80), nullable=True)  # the process running it
+    heartbeat_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # when that process last said so
+
+
+class BatchLine(StoreBase):
+    """One answered line of a batch (its output or error line): a line answered is never run again."""
+
+    __tablename__ = "choir_batch_line"
+
+    batch_id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    line: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ok: Mapped[bool] = mapped_column(Boolean)  # in the output file (else in the error file)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)  # the line as the output or error file has it

@@ -44,6 +44,7 @@ class StoreConfig:
 
     @asynccontextmanager
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
+        from choir.plugins.store.batches import BatchStore
         from choir.plugins.store.conversations import ConversationStore
         from choir.plugins.store.files import FileStore
         from choir.plugins.store.responses import ResponseStore
@@ -55,7 +56,8 @@ class StoreConfig:
             files = FileStore(sessions, self.ttl, self.keyed, prepared)
             files.max_bytes = self.max_file_bytes
             store = Store(ResponseStore(sessions, self.ttl, self.keyed, prepared),
-                          ConversationStore(sessions, self.ttl, self.keyed, prepared), files)
+                          ConversationStore(sessions, self.ttl, self.keyed, prepared), files,
+                          BatchStore(sessions, self.ttl, self.keyed, prepared))
             try:
                 await store.responses.ready()
                 await store.files.evict()  # a file may have its own expiry, with no store TTL

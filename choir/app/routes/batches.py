@@ -1,0 +1,95 @@
+"""The Batch API (/v1/batches): a batch made from an uploaded file of requests, read back, listed and cancelled; it
+is run apart from any client (choir/app/serving/batch_runner.py). A batch another API key made is not there."""
+
+import time
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.params import SkipValidation
+
+from choir.app.routes.files import files_of
+from choir.app.serving.batch_runner import WINDOW_SECONDS, BatchRunner
+from choir.core.errors import APIError, bad_request
+from choir.core.protocol.batches import Batch, BatchCreateRequest, BatchList
+from choir.plugins.pipeline import PipelineDependency
+from choir.plugins.spec import operation
+from choir.plugins.store.batches import new_batch_id
+
+RUNNER_STATE_KEY = "batch_runner"
+CANCELLABLE = ("validating", "in_progress")
+
+
+def as_batch(body: dict[str, Any]) -> Batch:
+    return msgspec.convert(body, Batch)
+
+
+def batch_not_found(batch_id: str) -> APIError:
+    return APIError(404, f"No batch with id '{batch_id}' is stored for this API key.", "batch_id")
+
+
+@operation("createBatch")
+async def create_batch(data: SkipValidation[BatchCreateRequest], request: Request,
+                       pipeline: PipelineDependency) -> Batch:
+    body = pipeline.compat.admit(data, BatchCreateRequest)
+    store, owner = files_of(request, pipeline)
+    described = await store.files.get(owner, body.input_file_id)
+    if described is None:
+        raise APIError(404, f"No file with id '{body.input_file_id}' is stored for this API key.", "input_file_id")
+    if described.purpose != "batch":
+        raise bad_request(f"The file '{body.input_file_id}' has purpose '{described.purpose}': a batch's input file "
+                          "is uploaded with purpose `batch`.", "input_file_id")
+    now = int(time.time())
+    batch = Batch(id=new_batch_id(), endpoint=body.endpoint, input_file_id=body.input_file_id,
+                  completion_window=body.completion_window, status="validating", created_at=now,
+                  expires_at=now + WINDOW_SECONDS, metadata=body.metadata)
+    await store.batches.create(owner, msgspec.to_builtins(batch))
+    runner: BatchRunner | None = request.app.state.get(RUNNER_STATE_KEY)
+    if runner is not None:
+        runner.wake()
+    return batch
+
+
+@operation("retrieveBatch")
+async def retrieve_batch(batch_id: str, request: Request, pipeline: PipelineDependency) -> Batch:
+    store, owner = files_of(request, pipeline)
+    row = await store.batches.get(owner, batch_id)
+    if row is None:
+        raise batch_not_found(batch_id)
+    return as_batch(row.body)
+
+
+@operation("cancelBatch")
+async def cancel_batch(batch_id: str, request: Request, pipeline: PipelineDependency) -> Batch:
+    """`cancelling` at once; the process running it stops sending its lines and ends it `cancelled`."""
+    store, owner = files_of(request, pipeline)
+    row = await store.batches.get(owner, batch_id)
+    if row is None:
+        raise batch_not_found(batch_id)
+    if row.status in ("cancelling", "cancelled"):
+        return as_batch(row.body)
+    if row.status not in CANCELLABLE:
+        raise APIError(409, f"The batch is {row.status}: only a batch still validating or in progress can be "
+                            "cancelled.", "batch_id")
+    body = {**row.body, "status": "cancelling", "cancelling_at": int(time.time())}
+    if not await store.batches.change(batch_id, body, CANCELLABLE):
+        row = await store.batches.get(owner, batch_id)  # it ended meanwhile
+        if row is None:
+            raise batch_not_found(batch_id)
+        return as_batch(row.body)
+    return as_batch(body)
+
+
+@operation("listBatches")
+async def list_batches(request: Request, pipeline: PipelineDependency, after: str | None = None,
+                       limit: int = 20) -> BatchList:
+    if not 1 <= limit <= 100:
+        raise bad_request("`limit` must be from 1 to 100.", "limit")
+    store, owner = files_of(request, pipeline)
+    rows, has_more = await store.batches.page(owner, after, limit)
+    data = [as_batch(row.body) for row in rows]
+    return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                     has_more=has_more)
+
+
+BATCH_HANDLERS = [create_batch, retrieve_batch, cancel_batch, list_batches]
