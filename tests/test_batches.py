@@ -185,3 +185,19 @@ def test_no_store_no_batches():
     client, _ = make_client(None)
     with client:
         assert "store" in error_of(create(client, "file-x"), 400)
+
+
+def test_under_priority_scheduling_a_batch_waits_behind_live_requests(store_url):
+    """vLLM runs lower priorities first: a batch's chat and completions lines go at 1 (live ones at 0), unless a
+    line sets its own; on an engine without priority scheduling nothing is added (it would be refused)."""
+    client, engine = make_client(store_url)
+    with client:
+        engine.priority_scheduling = True
+        file_id = upload(client, jsonl([chat_line("a"), chat_line("b", priority=-5)]))
+        wait_for(client, create(client, file_id).json()["id"])
+        assert sorted(call.options.priority for call in engine.calls) == [-5, 1]
+        client.post("/v1/chat/completions", json=chat_line("live")["body"])
+        assert engine.calls[-1].options.priority == 0
+        engine.priority_scheduling, engine.calls[:] = False, []
+        wait_for(client, create(client, upload(client, jsonl([chat_line("c")]))).json()["id"])
+        assert [call.options.priority for call in engine.calls] == [0]

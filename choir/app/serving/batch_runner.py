@@ -32,6 +32,10 @@ log = structlog.get_logger("choir.batch")
 POLL_SECONDS = 1.0  # how often an idle runner looks for a batch to run
 HEARTBEAT_SECONDS = 5  # how often a runner says it still runs its batch (and learns of a cancel, counts progress)
 WINDOW_SECONDS = 24 * 3600  # completion_window "24h"
+# Under --scheduling-policy priority a batch's lines wait behind live requests (vLLM runs lower numbers first);
+# the endpoints whose requests take a priority.
+BATCH_PRIORITY = 1
+PRIORITIZED = ("/v1/chat/completions", "/v1/completions")
 ASGI = Any  # the app itself (ChoirApp): each line goes through all of it, as a live request does
 
 
@@ -86,8 +90,10 @@ def answer_line(request: BatchRequest, status: int, request_id: str, body: bytes
 class BatchRunner:
     """`stored`: the app's store once its lifespan has started it (None before, and on a server without one)."""
 
-    def __init__(self, app: ASGI, stored: Callable[[], Store | None], concurrency: int) -> None:
+    def __init__(self, app: ASGI, stored: Callable[[], Store | None], concurrency: int,
+                 priority_scheduling: Callable[[], bool] = lambda: False) -> None:
         self.app, self.stored, self.concurrency = app, stored, concurrency
+        self.priority_scheduling = priority_scheduling
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
 
@@ -180,8 +186,8 @@ class Run:
                 if self.stopping is not None or self._expired():
                     return
                 status, request_id, body = await dispatch(
-                    self.runner.app, self.body["endpoint"], json.dumps(request.body).encode(), self.owner,
-                    f"batch_req_{secrets.token_hex(12)}")
+                    self.runner.app, self.body["endpoint"], json.dumps(self._prioritized(request.body)).encode(),
+                    self.owner, f"batch_req_{secrets.token_hex(12)}")
                 ok, line = answer_line(request, status, request_id, body)
                 await self.store.batches.answer(self.batch_id, request.line, ok, line)
                 self.done["completed" if ok else "failed"] += 1
@@ -196,6 +202,12 @@ class Run:
                     await self.store.batches.answer(self.batch_id, request.line, False, {
                         "id": f"batch_req_{secrets.token_hex(12)}", "custom_id": request.custom_id, "response": None,
                         "error": {"code": "batch_expired", "message": "The batch expired before this request ran."}})
+
+    def _prioritized(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Behind live requests, where the engine schedules by priority and the line sets none of its own."""
+        if self.body["endpoint"] in PRIORITIZED and "priority" not in body and self.runner.priority_scheduling():
+            return {**body, "priority": BATCH_PRIORITY}
+        return body
 
     def _expired(self) -> bool:
         return time.time() > (self.body.get("expires_at") or float("inf"))
@@ -246,10 +258,11 @@ class Run:
 class BatchRunnerPlugin(InitPlugin):
     """Each API process with a store runs batches: its runner starts after the store and stops before it."""
 
-    __slots__ = ("store_key", "concurrency", "state_key")
+    __slots__ = ("store_key", "engine_key", "concurrency", "state_key")
 
-    def __init__(self, store_key: str, concurrency: int, state_key: str) -> None:
-        self.store_key, self.concurrency, self.state_key = store_key, concurrency, state_key
+    def __init__(self, store_key: str, engine_key: str, concurrency: int, state_key: str) -> None:
+        self.store_key, self.engine_key = store_key, engine_key
+        self.concurrency, self.state_key = concurrency, state_key
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.lifespan.append(self.running)
@@ -257,7 +270,8 @@ class BatchRunnerPlugin(InitPlugin):
 
     @contextlib.asynccontextmanager
     async def running(self, app: Litestar) -> AsyncIterator[None]:
-        runner = BatchRunner(app, lambda: app.state.get(self.store_key), self.concurrency)
+        runner = BatchRunner(app, lambda: app.state.get(self.store_key), self.concurrency,
+                             lambda: bool(getattr(app.state.get(self.engine_key), "priority_scheduling", False)))
         app.state[self.state_key] = runner
         task = asyncio.create_task(runner.run_forever(), name="batch runner")
         try:
