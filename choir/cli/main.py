@@ -1,8 +1,11 @@
-"""`choir`: `choir serve [MODEL] [FLAGS]` (vllm serve's command line), `choir --version`."""
+"""`choir`: `choir serve [MODEL] [FLAGS]` (vllm serve's command line), `choir batch -i IN -o OUT [MODEL] [FLAGS]`
+(a Batch API file run offline, as vLLM's run_batch), `choir --version`."""
 
 import sys
 
 USAGE = """usage: choir serve [MODEL] [options]   serve MODEL (`choir serve --help`: the options)
+       choir batch -i IN -o OUT [MODEL] [options]
+                                          run a Batch API file offline (`choir batch --help`)
        choir --version                    Choir's version"""
 
 
@@ -12,6 +15,10 @@ def main(argv: list[str] | None = None) -> None:
         from choir.cli import serve
 
         serve.main(args[1:])
+    elif args[:1] == ["batch"]:
+        from choir.cli import batch
+
+        batch.main(args[1:])
     elif args[:1] in (["--version"], ["-V"]):
         import choir
 
