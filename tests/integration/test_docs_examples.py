@@ -16,7 +16,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Every page with Python examples but docs/images.md (it opens a cat.png of the reader's) and index.md (a
 # Qwen model).
 PAGES = ("../README.md", "getting-started.md", "models.md", "api/chat.md", "api/responses.md", "api/messages.md",
-         "api/pooling.md", "api/tokenize.md", "api/files.md")
+         "api/pooling.md", "api/tokenize.md", "api/files.md",
+         "api/batches.md")
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
