@@ -160,6 +160,32 @@ def test_a_batch_whose_process_stopped_goes_on_from_the_lines_not_answered(store
         assert len(engine.calls) == 3  # the three lines not answered before, once each
 
 
+def test_a_batch_past_its_window_expires_each_request_left_an_error_line(store_url):
+    from choir.plugins.store.models import StoredBatch
+
+    client, engine = make_client(store_url)
+    with client:
+        store = client.app.state["store"]
+        file_id = upload(client, jsonl([chat_line("r0"), chat_line("r1")]))
+        now = int(time.time())
+        body = {"id": "batch_late", "object": "batch", "endpoint": "/v1/chat/completions", "input_file_id": file_id,
+                "completion_window": "24h", "status": "in_progress", "created_at": now - 86401,
+                "in_progress_at": now - 86400, "expires_at": now - 1,
+                "request_counts": {"total": 2, "completed": 0, "failed": 0}}
+
+        async def late():
+            async with store.batches.session() as session:
+                session.add(StoredBatch(id="batch_late", owner="", created_at=now - 86401, status="in_progress",
+                                        body=body))
+                await session.commit()
+
+        client.blocking_portal.call(late)
+        done = wait_for(client, "batch_late")
+        assert done["status"] == "expired" and done["expired_at"] >= now and done["output_file_id"] is None
+        assert done["request_counts"] == {"total": 2, "completed": 0, "failed": 2} and engine.calls == []
+        assert [line["error"]["code"] for line in lines_of(client, done["error_file_id"])] == ["batch_expired"] * 2
+
+
 def test_bad_requests_and_other_keys(store_url):
     client, _ = make_client(store_url, api_keys=("key-a", "key-b"))
     a, b = ({"Authorization": f"Bearer {key}"} for key in ("key-a", "key-b"))
