@@ -32,6 +32,7 @@ log = structlog.get_logger("choir.batch")
 POLL_SECONDS = 1.0  # how often an idle runner looks for a batch to run
 HEARTBEAT_SECONDS = 5  # how often a runner says it still runs its batch (and learns of a cancel, counts progress)
 WINDOW_SECONDS = 24 * 3600  # completion_window "24h"
+DRAIN_SECONDS = 60  # at shutdown, how long the lines in flight may take to be answered and stored
 # Under --scheduling-policy priority a batch's lines wait behind live requests (vLLM runs lower numbers first);
 # the endpoints whose requests take a priority.
 BATCH_PRIORITY = 1
@@ -94,6 +95,7 @@ class BatchRunner:
                  priority_scheduling: Callable[[], bool] = lambda: False) -> None:
         self.app, self.stored, self.concurrency = app, stored, concurrency
         self.priority_scheduling = priority_scheduling
+        self.closing = False  # the server stops: no new line, the lines in flight answered and stored
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
 
@@ -108,7 +110,7 @@ class BatchRunner:
         self._wake.set()
 
     async def run_forever(self) -> None:
-        while True:
+        while not self.closing:
             store = self.stored()
             try:
                 row = await store.batches.claim(self.name) if store is not None else None
@@ -145,6 +147,8 @@ class Run:
                     return
             if self.body["status"] == "in_progress":
                 await self._answer()
+            if self.runner.closing:
+                return  # released: claimed again, by the next process, from the lines not yet answered
             await self._finish()
         finally:
             watch.cancel()
@@ -183,7 +187,7 @@ class Run:
 
         async def one(request: BatchRequest) -> None:
             async with gate:
-                if self.stopping is not None or self._expired():
+                if self.stopping is not None or self.runner.closing or self._expired():
                     return
                 status, request_id, body = await dispatch(
                     self.runner.app, self.body["endpoint"], json.dumps(self._prioritized(request.body)).encode(),
@@ -277,7 +281,12 @@ class BatchRunnerPlugin(InitPlugin):
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            runner.closing = True
+            runner.wake()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), DRAIN_SECONDS)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             app.state.pop(self.state_key, None)
