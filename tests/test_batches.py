@@ -83,7 +83,7 @@ def test_a_batch_runs_to_its_files_each_line_answered_as_live(store_url):
         assert first["response"]["body"]["choices"] == live["choices"]  # the same answer as the same request live
         [failed] = lines_of(client, done["error_file_id"])
         assert failed["custom_id"] == "c" and failed["response"]["status_code"] == 400  # as live: an unknown model
-        assert "nope" in failed["error"]["message"]
+        assert failed["error"] is None and "nope" in failed["response"]["body"]["error"]["message"]  # as OpenAI's
         described = client.get(f"/v1/files/{done['output_file_id']}").json()
         assert described["purpose"] == "batch_output"
         listed = client.get(PATH).json()
@@ -227,3 +227,33 @@ def test_under_priority_scheduling_a_batch_waits_behind_live_requests(store_url)
         engine.priority_scheduling, engine.calls[:] = False, []
         wait_for(client, create(client, upload(client, jsonl([chat_line("c")]))).json()["id"])
         assert [call.options.priority for call in engine.calls] == [0]
+
+
+def test_lines_the_engine_refuses_for_now_are_tried_again(store_url):
+    """A 503 (the engine dead, busy or stopping) is no line's fault: not stored, tried again until answered."""
+    from choir.engine.protocol import EngineDead
+
+    client, engine = make_client(store_url)
+    with client:
+        engine.fail_with = EngineDead("gone for now")
+        batch_id = create(client, upload(client, jsonl([chat_line("a"), chat_line("b")]))).json()["id"]
+        wait_for(client, batch_id, ("in_progress",))
+        time.sleep(0.5)
+        assert client.get(f"{PATH}/{batch_id}").json()["status"] == "in_progress"
+        engine.fail_with = None
+        done = wait_for(client, batch_id)
+        assert done["status"] == "completed" and done["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+
+
+def test_the_input_file_is_read_as_openai_reads_it():
+    from choir.app.serving.batch_input import MAX_REQUESTS, read_requests
+
+    separator = json.dumps(chat_line("a\u2028b"), ensure_ascii=False).encode()  # a raw U+2028 inside a string
+    requests, errors = read_requests(b"\xef\xbb\xbf" + separator + b"\r\n" + json.dumps(chat_line("c")).encode(),
+                                     "/v1/chat/completions")
+    assert errors == [] and [r.custom_id for r in requests] == ["a\u2028b", "c"]
+    _, errors = read_requests(jsonl([{**chat_line("a"), "url": "/v1/responses",
+                                      "body": {"input": "x", "background": True}}]), "/v1/responses")
+    assert [(e.line, e.param) for e in errors] == [(1, "body.background")]
+    _, errors = read_requests(jsonl([chat_line(f"r{i}") for i in range(MAX_REQUESTS + 1)]), "/v1/chat/completions")
+    assert [e.code for e in errors] == ["too_many_requests"]

@@ -26,7 +26,7 @@ async def test_each_request_answered_in_order_errors_among_them(tmp_path):
     assert failed == 1 and [r["custom_id"] for r in results] == ["a", "b", "c"]
     assert results[0]["response"]["status_code"] == 200 and results[0]["error"] is None
     assert results[0]["response"]["body"]["choices"][0]["message"]["content"] == "Hello world!"
-    assert results[1]["response"]["status_code"] == 400 and "nope" in results[1]["error"]["message"]
+    assert results[1]["response"]["status_code"] == 400 and "nope" in results[1]["response"]["body"]["error"]["message"]
     assert len(engine.calls) == 2
 
 

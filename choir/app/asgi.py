@@ -140,8 +140,8 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                                                    settings.max_image_pixels, settings.media_fetch_seconds,
                                                    settings.trust_request_mm_kwargs)),
                  EnginePlugin(engine), StorePlugin(store),
-                 *([BatchRunnerPlugin(store.state_key, engine.engine_state_key, settings.batch_concurrency,
-                                      RUNNER_STATE_KEY)]
+                 *([BatchRunnerPlugin(store.state_key, engine.engine_state_key, engine.drain_state_key,
+                                      settings.batch_concurrency, RUNNER_STATE_KEY)]
                    if store.url is not None else []),
                  MetricsPlugin(), SpecPlugin(spec)],
         exception_handlers={HTTPException: exception_handler, APIError: exception_handler,

@@ -55,7 +55,7 @@ async def run_file(settings: Settings, content: bytes, output: Path, concurrency
     from choir.app.serving.batch_input import read_requests
     from choir.app.serving.batch_runner import answer_line, dispatch
 
-    endpoints = {line.get("url") for line in _objects(content)}
+    endpoints = {url if isinstance(url := line.get("url"), str) else None for line in _objects(content)}
     endpoint = next(iter(endpoints)) if len(endpoints) == 1 else None
     if endpoint not in ENDPOINTS:
         print(f"choir batch: every line's `url` must be one endpoint of {', '.join(ENDPOINTS)}",
@@ -93,7 +93,7 @@ async def run_file(settings: Settings, content: bytes, output: Path, concurrency
 
 def _objects(content: bytes) -> list[dict[str, Any]]:
     found = []
-    for raw in content.decode(errors="replace").splitlines():
+    for raw in content.decode("utf-8-sig", errors="replace").split("\n"):
         try:
             line = json.loads(raw)
         except ValueError:

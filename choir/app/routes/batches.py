@@ -43,6 +43,7 @@ async def create_batch(data: SkipValidation[BatchCreateRequest], request: Reques
     batch = Batch(id=new_batch_id(), endpoint=body.endpoint, input_file_id=body.input_file_id,
                   completion_window=body.completion_window, status="validating", created_at=now,
                   expires_at=now + WINDOW_SECONDS, metadata=body.metadata)
+    await store.files.keep_until(body.input_file_id, now + WINDOW_SECONDS + 3600)  # read until the batch ends
     await store.batches.create(owner, msgspec.to_builtins(batch))
     runner: BatchRunner | None = request.app.state.get(RUNNER_STATE_KEY)
     if runner is not None:

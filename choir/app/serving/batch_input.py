@@ -7,6 +7,8 @@ from typing import Any
 
 from choir.core.protocol.batches import BatchError
 
+MAX_REQUESTS = 50_000  # OpenAI's bound on one batch
+
 
 @dataclass(frozen=True)
 class BatchRequest:
@@ -24,10 +26,12 @@ def read_requests(content: bytes, endpoint: str) -> tuple[list[BatchRequest], li
         errors.append(BatchError(code=code, message=message, param=param, line=line))
 
     try:
-        text = content.decode()
+        text = content.decode("utf-8-sig")
     except UnicodeDecodeError:
         return [], [BatchError(code="invalid_file", message="The input file is not UTF-8 text (JSON lines).")]
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" alone: JSON strings may hold other line separators (U+2028) as they are.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.removesuffix("\r")
         if not raw.strip():
             continue
         try:
@@ -53,6 +57,9 @@ def read_requests(content: bytes, endpoint: str) -> tuple[list[BatchRequest], li
             bad(number, "missing_required_parameter", "`body` is required: the request's JSON object.", "body")
         elif body.get("stream"):
             bad(number, "invalid_request", "A batch's requests are not streamed: leave `stream` out.", "body.stream")
+        elif body.get("background"):
+            bad(number, "invalid_request", "A batch's requests are answered in the batch: leave `background` out.",
+                "body.background")
         if errors and errors[-1].line == number:
             continue
         assert isinstance(custom_id, str) and isinstance(body, dict)
@@ -60,4 +67,7 @@ def read_requests(content: bytes, endpoint: str) -> tuple[list[BatchRequest], li
         requests.append(BatchRequest(number, custom_id, body))
     if not requests and not errors:
         errors.append(BatchError(code="empty_file", message="The input file has no requests."))
+    if len(requests) > MAX_REQUESTS:
+        errors.append(BatchError(code="too_many_requests", message=f"A batch takes {MAX_REQUESTS} requests at most; "
+                                 f"this file has {len(requests)}: split it."))
     return requests, errors

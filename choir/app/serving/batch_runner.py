@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -32,7 +32,9 @@ log = structlog.get_logger("choir.batch")
 POLL_SECONDS = 1.0  # how often an idle runner looks for a batch to run
 HEARTBEAT_SECONDS = 5  # how often a runner says it still runs its batch (and learns of a cancel, counts progress)
 WINDOW_SECONDS = 24 * 3600  # completion_window "24h"
-DRAIN_SECONDS = 60  # at shutdown, how long the lines in flight may take to be answered and stored
+DRAIN_SECONDS = 20  # at shutdown, how long the lines in flight may take to be answered and stored
+RETRY_SECONDS = 2.0  # how soon lines refused for now (RETRIED) are tried again
+RETRIED = (429, 503)  # answers that are no line's fault (the engine busy, dead or stopping): not stored, tried again
 # Under --scheduling-policy priority a batch's lines wait behind live requests (vLLM runs lower numbers first);
 # the endpoints whose requests take a priority.
 BATCH_PRIORITY = 1
@@ -40,15 +42,18 @@ PRIORITIZED = ("/v1/chat/completions", "/v1/completions")
 ASGI = Any  # the app itself (ChoirApp): each line goes through all of it, as a live request does
 
 
-async def dispatch(app: ASGI, path: str, body: bytes, owner: str, request_id: str) -> tuple[int, str, bytes]:
-    """One POST through the app in process, for `owner`: its status, its request id and its body."""
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"x-request-id", request_id.encode())]
+async def dispatch(app: ASGI, path: str, body: bytes, owner: str,
+                   request_id: str | None) -> tuple[int, str, bytes]:
+    """One POST through the app in process, for `owner`: its status, its request id and its body. `request_id`:
+    sent as X-Request-Id (None: the body's own `request_id`, or one the app makes)."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if request_id is not None:
+        headers.append((b"x-request-id", request_id.encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": headers,
              "client": ("127.0.0.1", 0), "server": ("batch", 0), "state": {}, INTERNAL_OWNER: owner}
     delivered = False
-    status, answered_id, chunks = 500, request_id, []
+    status, answered_id, chunks = 500, request_id or "", []
 
     async def receive() -> dict[str, Any]:
         nonlocal delivered
@@ -73,28 +78,25 @@ async def dispatch(app: ASGI, path: str, body: bytes, owner: str, request_id: st
 
 
 def answer_line(request: BatchRequest, status: int, request_id: str, body: bytes) -> tuple[bool, dict[str, Any]]:
-    """The output file's line (2xx) or the error file's, as OpenAI writes them."""
+    """The output file's line (2xx) or the error file's, as OpenAI writes them: an answer's error is in its body,
+    the line's own `error` is for a request that got no answer (one past the batch's window)."""
     try:
         decoded: Any = json.loads(body)
     except ValueError:
         decoded = {"error": {"message": body.decode(errors="replace"), "type": "server_error"}}
     line = {"id": f"batch_req_{secrets.token_hex(12)}", "custom_id": request.custom_id,
             "response": {"status_code": status, "request_id": request_id, "body": decoded}, "error": None}
-    if 200 <= status < 300:
-        return True, line
-    error = decoded.get("error") if isinstance(decoded, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    line["error"] = {"code": str(error.get("type") if isinstance(error, dict) else status), "message": message}
-    return False, line
+    return 200 <= status < 300, line
 
 
 class BatchRunner:
     """`stored`: the app's store once its lifespan has started it (None before, and on a server without one)."""
 
     def __init__(self, app: ASGI, stored: Callable[[], Store | None], concurrency: int,
-                 priority_scheduling: Callable[[], bool] = lambda: False) -> None:
+                 priority_scheduling: Callable[[], bool] = lambda: False,
+                 draining: Callable[[], bool] = lambda: False) -> None:
         self.app, self.stored, self.concurrency = app, stored, concurrency
-        self.priority_scheduling = priority_scheduling
+        self.priority_scheduling, self.draining = priority_scheduling, draining
         self.closing = False  # the server stops: no new line, the lines in flight answered and stored
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
@@ -113,8 +115,11 @@ class BatchRunner:
         while not self.closing:
             store = self.stored()
             try:
-                row = await store.batches.claim(self.name) if store is not None else None
+                row = await store.batches.claim(self.name) if store is not None and not self.draining() else None
             except StoreUnavailable:
+                row = None
+            except Exception:  # noqa: BLE001 - the runner goes on: the next poll tries again
+                log.exception("batch claim failed")
                 row = None
             if row is None:
                 with contextlib.suppress(TimeoutError):
@@ -135,20 +140,24 @@ class Run:
 
     def __init__(self, runner: BatchRunner, batch_id: str, owner: str, body: dict[str, Any]) -> None:
         self.runner, self.store, self.batch_id, self.owner, self.body = runner, runner.store, batch_id, owner, body
-        self.stopping: str | None = None  # "cancelled" or "expired": no new lines
-        self.done = {"completed": 0, "failed": 0}
+        # Why no new line is sent: "cancelled", "expired", "failed" (its input file is gone), "lost" (another
+        # process holds the batch now), "paused" (the server drains or stops: another process goes on).
+        self.stopping: str | None = None
+        counts = body.get("request_counts") or {}
+        self.done = {"completed": counts.get("completed", 0), "failed": counts.get("failed", 0)}
 
     async def go(self) -> None:
         watch = asyncio.create_task(self._watch())
         try:
+            requests = None
             if self.body["status"] == "validating":
                 requests = await self._validate()
                 if requests is None:
                     return
             if self.body["status"] == "in_progress":
-                await self._answer()
-            if self.runner.closing:
-                return  # released: claimed again, by the next process, from the lines not yet answered
+                await self._answer(requests)
+            if self.stopping in ("lost", "paused", "failed"):
+                return  # released: claimed again (unless it failed), and gone on from the lines not yet answered
             await self._finish()
         finally:
             watch.cancel()
@@ -160,7 +169,8 @@ class Run:
         if content is None:
             return [], [BatchError(code="invalid_file", message=f"The input file '{self.body['input_file_id']}' is "
                                                                  "gone (deleted, or expired).", param="input_file_id")]
-        return read_requests(content, self.body["endpoint"])
+        # Off the event loop: a large file would hold up every live request while it is read.
+        return await asyncio.to_thread(read_requests, content, self.body["endpoint"])
 
     async def _validate(self) -> list[BatchRequest] | None:
         requests, errors = await self._requests()
@@ -177,26 +187,25 @@ class Run:
             self.stopping = "cancelled"
         return requests
 
-    async def _answer(self) -> None:
-        requests, _ = await self._requests()
-        answered = await self.store.batches.answered(self.batch_id)
-        for ok, _line in await self.store.batches.answers(self.batch_id):
-            self.done["completed" if ok else "failed"] += 1
-        waiting = [request for request in requests if request.line not in answered]
-        gate = asyncio.Semaphore(self.runner.concurrency)
-
-        async def one(request: BatchRequest) -> None:
-            async with gate:
-                if self.stopping is not None or self.runner.closing or self._expired():
-                    return
-                status, request_id, body = await dispatch(
-                    self.runner.app, self.body["endpoint"], json.dumps(self._prioritized(request.body)).encode(),
-                    self.owner, f"batch_req_{secrets.token_hex(12)}")
-                ok, line = answer_line(request, status, request_id, body)
-                await self.store.batches.answer(self.batch_id, request.line, ok, line)
-                self.done["completed" if ok else "failed"] += 1
-
-        await asyncio.gather(*(one(request) for request in waiting))
+    async def _answer(self, requests: list[BatchRequest] | None) -> None:
+        if requests is None:
+            requests, errors = await self._requests()
+            if errors:  # the input file went away (deleted) after the batch was checked
+                self.body.update(status="failed", failed_at=int(time.time()),
+                                 errors=msgspec.to_builtins(BatchErrors(data=errors)))
+                await self.store.batches.change(self.batch_id, self.body, ("in_progress",))
+                self.stopping = "failed"
+                return
+        while True:
+            answered = await self.store.batches.answered(self.batch_id)
+            waiting = iter([request for request in requests if request.line not in answered])
+            busy = [False]  # whether a line was refused for now (the engine busy or stopping): tried again
+            async with asyncio.TaskGroup() as workers:  # one fails: the others are cancelled, none left behind
+                for _ in range(self.runner.concurrency):
+                    workers.create_task(self._work(waiting, busy))
+            if not busy[0] or self.stopping is not None or self._held():
+                break
+            await asyncio.sleep(RETRY_SECONDS)
         if self.stopping is None and self._expired():
             self.stopping = "expired"
         if self.stopping == "expired":  # what was not answered in the window is an error line each
@@ -206,6 +215,28 @@ class Run:
                     await self.store.batches.answer(self.batch_id, request.line, False, {
                         "id": f"batch_req_{secrets.token_hex(12)}", "custom_id": request.custom_id, "response": None,
                         "error": {"code": "batch_expired", "message": "The batch expired before this request ran."}})
+
+    def _held(self) -> bool:
+        """No new line now: the server drains or stops (the batch is handed on)."""
+        if self.runner.closing or self.runner.draining():
+            self.stopping = self.stopping or "paused"
+            return True
+        return False
+
+    async def _work(self, waiting: Iterator[BatchRequest], busy: list[bool]) -> None:
+        for request in waiting:
+            if self.stopping is not None or self._held() or self._expired():
+                return
+            body = self._prioritized(request.body)
+            headers_id = None if "request_id" in body else f"batch_req_{secrets.token_hex(12)}"
+            status, request_id, answer = await dispatch(self.runner.app, self.body["endpoint"],
+                                                        json.dumps(body).encode(), self.owner, headers_id)
+            if status in RETRIED:  # not this line's fault: left unanswered, tried again
+                busy[0] = True
+                continue
+            ok, line = answer_line(request, status, request_id, answer)
+            if await self.store.batches.answer(self.batch_id, request.line, ok, line):
+                self.done["completed" if ok else "failed"] += 1
 
     def _prioritized(self, body: dict[str, Any]) -> dict[str, Any]:
         """Behind live requests, where the engine schedules by priority and the line sets none of its own."""
@@ -222,7 +253,9 @@ class Run:
             await asyncio.sleep(HEARTBEAT_SECONDS)
             try:
                 status = await self.store.batches.heartbeat(self.batch_id, self.runner.name)
-                if status == "cancelling":
+                if status is None:
+                    self.stopping = "lost"  # another process took it (this one was not heard of for too long)
+                elif status == "cancelling":
                     self.stopping = "cancelled"
                 elif status == "in_progress":
                     counts = {**self.body.get("request_counts", {}), **self.done}
@@ -236,11 +269,15 @@ class Run:
         stored = await self.store.batches.get(None, self.batch_id)
         if stored is None or stored.status not in RUNNING:
             return
+        mine = self.runner.name
         body = {**stored.body, "request_counts": self.body.get("request_counts") or stored.body.get("request_counts")}
         if stored.status == "in_progress":
             body.update(status="finalizing", finalizing_at=int(time.time()))
-            if not await self.store.batches.change(self.batch_id, body, ("in_progress",)):
-                self.stopping = "cancelled"  # a cancel landed just now
+            if not await self.store.batches.change(self.batch_id, body, ("in_progress",), mine):
+                stored = await self.store.batches.get(None, self.batch_id)
+                if stored is None or stored.status != "cancelling" or stored.runner != mine:
+                    return  # no longer this runner's to end
+                body = {**stored.body, "request_counts": body["request_counts"]}
         if stored.status == "cancelling":
             self.stopping = "cancelled"
         answers = await self.store.batches.answers(self.batch_id)
@@ -256,16 +293,16 @@ class Run:
         ending = self.stopping or "completed"
         body.update(status=ending, request_counts={"total": total, "completed": len(outputs), "failed": len(errors)})
         body[f"{ending}_at"] = int(time.time())
-        await self.store.batches.change(self.batch_id, body, ("finalizing", "cancelling", "in_progress"))
+        await self.store.batches.change(self.batch_id, body, ("finalizing", "cancelling", "in_progress"), mine)
 
 
 class BatchRunnerPlugin(InitPlugin):
     """Each API process with a store runs batches: its runner starts after the store and stops before it."""
 
-    __slots__ = ("store_key", "engine_key", "concurrency", "state_key")
+    __slots__ = ("store_key", "engine_key", "drain_key", "concurrency", "state_key")
 
-    def __init__(self, store_key: str, engine_key: str, concurrency: int, state_key: str) -> None:
-        self.store_key, self.engine_key = store_key, engine_key
+    def __init__(self, store_key: str, engine_key: str, drain_key: str, concurrency: int, state_key: str) -> None:
+        self.store_key, self.engine_key, self.drain_key = store_key, engine_key, drain_key
         self.concurrency, self.state_key = concurrency, state_key
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
@@ -275,7 +312,8 @@ class BatchRunnerPlugin(InitPlugin):
     @contextlib.asynccontextmanager
     async def running(self, app: Litestar) -> AsyncIterator[None]:
         runner = BatchRunner(app, lambda: app.state.get(self.store_key), self.concurrency,
-                             lambda: bool(getattr(app.state.get(self.engine_key), "priority_scheduling", False)))
+                             lambda: bool(getattr(app.state.get(self.engine_key), "priority_scheduling", False)),
+                             lambda: bool(getattr(app.state.get(self.drain_key), "draining", False)))
         app.state[self.state_key] = runner
         task = asyncio.create_task(runner.run_forever(), name="batch runner")
         try:

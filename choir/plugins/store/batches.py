@@ -6,7 +6,9 @@ import secrets
 import time
 from typing import Any
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import or_, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from choir.plugins.store.models import BatchLine, StoredBatch
 from choir.plugins.store.tables import Tables
@@ -44,11 +46,15 @@ class BatchStore(Tables):
             rows = list((await session.scalars(query.limit(limit + 1))).all())
         return rows[:limit], len(rows) > limit
 
-    async def change(self, batch_id: str, body: dict[str, Any], states: tuple[str, ...] = RUNNING) -> bool:
-        """The batch's new object, if it is still in one of `states` (a cancel may have landed meanwhile)."""
+    async def change(self, batch_id: str, body: dict[str, Any], states: tuple[str, ...] = RUNNING,
+                     runner: str | None = None) -> bool:
+        """The batch's new object, if it is still in one of `states` (a cancel may have landed meanwhile) and, given
+        `runner`, still that runner's."""
+        held = [StoredBatch.runner == runner] if runner is not None else []
         async with self.session() as session:
             result = await session.execute(update(StoredBatch).where(
-                StoredBatch.id == batch_id, StoredBatch.status.in_(states)).values(status=body["status"], body=body))
+                StoredBatch.id == batch_id, StoredBatch.status.in_(states), *held).values(status=body["status"],
+                                                                                        body=body))
             await session.commit()
         return bool(getattr(result, "rowcount", 0))
 
@@ -91,11 +97,15 @@ class BatchStore(Tables):
         async with self.session() as session:
             return set((await session.scalars(select(BatchLine.line).where(BatchLine.batch_id == batch_id))).all())
 
-    async def answer(self, batch_id: str, line: int, ok: bool, result: dict[str, Any]) -> None:
+    async def answer(self, batch_id: str, line: int, ok: bool, result: dict[str, Any]) -> bool:
+        """A line's answer, unless it has one already (False then: the first stays)."""
         async with self.session() as session:
-            await session.execute(insert(BatchLine), [{"batch_id": batch_id, "line": line, "ok": ok,
-                                                       "result": result}])
+            dialect = session.get_bind().dialect.name
+            statement = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(BatchLine).values(
+                batch_id=batch_id, line=line, ok=ok, result=result).on_conflict_do_nothing()
+            outcome = await session.execute(statement)
             await session.commit()
+        return bool(getattr(outcome, "rowcount", 0))
 
     async def answers(self, batch_id: str) -> list[tuple[bool, dict[str, Any]]]:
         """Every answered line, in the input file's order."""

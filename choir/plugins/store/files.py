@@ -5,7 +5,7 @@ import secrets
 import time
 from typing import Literal
 
-from sqlalchemy import ColumnElement, delete, or_, select
+from sqlalchemy import ColumnElement, delete, or_, select, update
 
 from choir.plugins.store.models import StoredFile
 from choir.plugins.store.tables import Tables, live
@@ -73,6 +73,13 @@ class FileStore(Tables):
                                     else (key > at) | (same & (StoredFile.id > last)))
             rows = list((await session.scalars(query.limit(limit + 1))).all())
         return rows[:limit], len(rows) > limit
+
+    async def keep_until(self, file_id: str, until: int) -> None:
+        """The file lives until `until` at least (a batch's input, until the batch's window ends)."""
+        async with self.session() as session:
+            await session.execute(update(StoredFile).where(StoredFile.id == file_id, StoredFile.expires_at < until)
+                                  .values(expires_at=until))
+            await session.commit()
 
     async def delete(self, owner: str, file_id: str) -> bool:
         async with self.session() as session:
