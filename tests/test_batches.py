@@ -257,3 +257,16 @@ def test_the_input_file_is_read_as_openai_reads_it():
     assert [(e.line, e.param) for e in errors] == [(1, "body.background")]
     _, errors = read_requests(jsonl([chat_line(f"r{i}") for i in range(MAX_REQUESTS + 1)]), "/v1/chat/completions")
     assert [e.code for e in errors] == ["too_many_requests"]
+
+
+def test_of_two_processes_on_one_store_one_runs_a_batch(store_url):
+    """Two apps on one store (as two API processes, or two replicas): each line is answered once, by the one that
+    claimed the batch; both read it."""
+    first, first_engine = make_client(store_url, delay=0.01)
+    second, second_engine = make_client(store_url, delay=0.01)
+    with first, second:
+        batch_id = create(first, upload(first, jsonl([chat_line(f"r{i}") for i in range(12)]))).json()["id"]
+        done = wait_for(second, batch_id)
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == 12
+        assert sorted([len(first_engine.calls), len(second_engine.calls)]) == [0, 12]
+        assert [line["custom_id"] for line in lines_of(second, done["output_file_id"])] == [f"r{i}" for i in range(12)]
