@@ -73,7 +73,11 @@ async def cancel_batch(batch_id: str, request: Request, pipeline: PipelineDepend
         raise APIError(409, f"The batch is {row.status}: only a batch still validating or in progress can be "
                             "cancelled.", "batch_id")
     body = {**row.body, "status": "cancelling", "cancelling_at": int(time.time())}
-    if not await store.batches.change(batch_id, body, CANCELLABLE):
+    changed = await store.batches.change(batch_id, body, CANCELLABLE)
+    runner: BatchRunner | None = request.app.state.get(RUNNER_STATE_KEY)
+    if changed and runner is not None:
+        runner.cancelled(batch_id)
+    if not changed:
         row = await store.batches.get(owner, batch_id)  # it ended meanwhile
         if row is None:
             raise batch_not_found(batch_id)

@@ -98,6 +98,7 @@ class BatchRunner:
         self.app, self.stored, self.concurrency = app, stored, concurrency
         self.priority_scheduling, self.draining = priority_scheduling, draining
         self.closing = False  # the server stops: no new line, the lines in flight answered and stored
+        self.current: Run | None = None  # the batch being run
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
 
@@ -110,6 +111,12 @@ class BatchRunner:
     def wake(self) -> None:
         """A batch was just made here: look now, not at the next poll."""
         self._wake.set()
+
+    def cancelled(self, batch_id: str) -> None:
+        """A cancel that landed in this process, for the batch this runner runs: no new line from now (another
+        process's runner learns of it at its next heartbeat)."""
+        if self.current is not None and self.current.batch_id == batch_id:
+            self.current.stopping = self.current.stopping or "cancelled"
 
     async def run_forever(self) -> None:
         while not self.closing:
@@ -127,12 +134,15 @@ class BatchRunner:
                 self._wake.clear()
                 continue
             try:
-                await Run(self, row.id, row.owner, dict(row.body)).go()
+                self.current = Run(self, row.id, row.owner, dict(row.body))
+                await self.current.go()
             except StoreUnavailable:
                 await asyncio.sleep(POLL_SECONDS)  # claimed again, by this runner or another, once it is back
             except Exception:  # noqa: BLE001 - one batch's fault stops neither the runner nor the server
                 log.exception("batch run failed", batch_id=row.id)
                 await asyncio.sleep(POLL_SECONDS)
+            finally:
+                self.current = None
 
 
 class Run:
