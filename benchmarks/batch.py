@@ -3,7 +3,8 @@
 One Choir server (the bundled model) under each scheduling policy (`--scheduling-policy fcfs` and `priority`). A
 closed loop of live chat requests (concurrency 4, 16 tokens) is timed alone, then again while a batch of
 `--lines` chat requests (64 tokens each) runs, CHOIR_BATCH_CONCURRENCY at a time. Reported per policy: live
-latency and TTFT p50/p99 alone and beside the batch, and the batch lines answered meanwhile."""
+latency and TTFT p50/p99 alone and beside the batch, and the batch's own pace (lines answered per second, from its
+start to its cancel)."""
 
 import argparse
 import asyncio
@@ -69,11 +70,17 @@ def run(policy: str, requests: int, lines: int, directory: Path) -> dict:
         asyncio.run(live(server.base_url, 8))  # warm up
         alone = asyncio.run(live(server.base_url, requests))
         batch_id = start_batch(server, lines)
-        before = answered(server, batch_id)
+        started = time.monotonic()
         beside = asyncio.run(live(server.base_url, requests))
+        seconds = time.monotonic() - started
         httpx.post(f"{server.base_url}/v1/batches/{batch_id}/cancel", timeout=30)
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{server.base_url}/v1/batches/{batch_id}").json()["status"] != "cancelled":
+            assert time.monotonic() < deadline, "the batch was not cancelled"
+            time.sleep(0.2)
         return {"policy": policy, "alone": alone, "beside_batch": beside,
-                "batch_lines_meanwhile": answered(server, batch_id) - before}
+                "batch_lines_per_second": answered(server, batch_id) / (time.monotonic() - started),
+                "live_seconds": seconds}
     finally:
         server.stop()
 
@@ -89,14 +96,14 @@ def main() -> None:
     rows = [run(policy, args.requests, args.lines, directory) for policy in args.policies]
     (directory / "batch.json").write_text(json.dumps(rows, indent=1))
     print("| scheduling | live alone: latency p50 / p99 ms | beside the batch | TTFT p50 / p99 ms alone | beside "
-          "the batch | batch lines answered meanwhile |")
+          "the batch | batch lines/s |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         a, b = row["alone"], row["beside_batch"]
         print(f"| {row['policy']} | {a['latency_p50_ms']:.0f} / {a['latency_p99_ms']:.0f} | "
               f"{b['latency_p50_ms']:.0f} / {b['latency_p99_ms']:.0f} | {a['ttft_p50_ms']:.0f} / "
               f"{a['ttft_p99_ms']:.0f} | {b['ttft_p50_ms']:.0f} / {b['ttft_p99_ms']:.0f} | "
-              f"{row['batch_lines_meanwhile']} |")
+              f"{row['batch_lines_per_second']:.1f} |")
 
 
 if __name__ == "__main__":
