@@ -15,6 +15,8 @@ from choir.core.protocol.batches import Batch, BatchCreateRequest, BatchList
 from choir.plugins.pipeline import PipelineDependency
 from choir.plugins.spec import operation
 from choir.plugins.store.batches import new_batch_id
+from choir.plugins.store.models import StoredBatch
+from choir.plugins.store.store import Store
 
 RUNNER_STATE_KEY = "batch_runner"
 CANCELLABLE = ("validating", "in_progress")
@@ -45,43 +47,45 @@ async def create_batch(data: SkipValidation[BatchCreateRequest], request: Reques
                   expires_at=now + WINDOW_SECONDS, metadata=body.metadata)
     await store.files.keep_until(body.input_file_id, now + WINDOW_SECONDS + 3600)  # read until the batch ends
     await store.batches.create(owner, msgspec.to_builtins(batch))
-    runner: BatchRunner | None = request.app.state.get(RUNNER_STATE_KEY)
-    if runner is not None:
+    if (runner := _runner(request)) is not None:
         runner.wake()
     return batch
 
 
-@operation("retrieveBatch")
-async def retrieve_batch(batch_id: str, request: Request, pipeline: PipelineDependency) -> Batch:
+async def _owned(request: Request, pipeline: PipelineDependency, batch_id: str) -> tuple[Store, StoredBatch]:
+    """The store and the batch, this API key's (a 404 otherwise)."""
     store, owner = files_of(request, pipeline)
     row = await store.batches.get(owner, batch_id)
     if row is None:
         raise batch_not_found(batch_id)
+    return store, row
+
+
+def _runner(request: Request) -> BatchRunner | None:
+    return request.app.state.get(RUNNER_STATE_KEY)
+
+
+@operation("retrieveBatch")
+async def retrieve_batch(batch_id: str, request: Request, pipeline: PipelineDependency) -> Batch:
+    _, row = await _owned(request, pipeline, batch_id)
     return as_batch(row.body)
 
 
 @operation("cancelBatch")
 async def cancel_batch(batch_id: str, request: Request, pipeline: PipelineDependency) -> Batch:
     """`cancelling` at once; the process running it stops sending its lines and ends it `cancelled`."""
-    store, owner = files_of(request, pipeline)
-    row = await store.batches.get(owner, batch_id)
-    if row is None:
-        raise batch_not_found(batch_id)
+    store, row = await _owned(request, pipeline, batch_id)
     if row.status in ("cancelling", "cancelled"):
         return as_batch(row.body)
     if row.status not in CANCELLABLE:
         raise APIError(409, f"The batch is {row.status}: only a batch still validating or in progress can be "
                             "cancelled.", "batch_id")
     body = {**row.body, "status": "cancelling", "cancelling_at": int(time.time())}
-    changed = await store.batches.change(batch_id, body, CANCELLABLE)
-    runner: BatchRunner | None = request.app.state.get(RUNNER_STATE_KEY)
-    if changed and runner is not None:
-        runner.cancelled(batch_id)
-    if not changed:
-        row = await store.batches.get(owner, batch_id)  # it ended meanwhile
-        if row is None:
-            raise batch_not_found(batch_id)
+    if not await store.batches.change(batch_id, body, CANCELLABLE):
+        _, row = await _owned(request, pipeline, batch_id)  # it ended meanwhile: as it ended
         return as_batch(row.body)
+    if (runner := _runner(request)) is not None:
+        runner.cancelled(batch_id)
     return as_batch(body)
 
 

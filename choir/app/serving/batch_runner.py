@@ -184,26 +184,27 @@ class Run:
 
     async def _validate(self) -> list[BatchRequest] | None:
         requests, errors = await self._requests()
-        now = int(time.time())
         if errors:
-            self.body.update(status="failed", failed_at=now,
-                             errors=msgspec.to_builtins(BatchErrors(data=errors[:1000])))
-            await self.store.batches.change(self.batch_id, self.body, ("validating",))
+            await self._fail(errors, "validating")
             return None
-        self.body.update(status="in_progress", in_progress_at=now,
+        self.body.update(status="in_progress", in_progress_at=int(time.time()),
                          request_counts={"total": len(requests), "completed": 0, "failed": 0})
         if not await self.store.batches.change(self.batch_id, self.body, ("validating",)):
             self.body["status"] = "cancelling"  # cancelled while it was checked
             self.stopping = "cancelled"
         return requests
 
+    async def _fail(self, errors: list[BatchError], state: str) -> None:
+        """Failed, naming why (at most 1,000 errors, each bad line's), if it is still in `state`."""
+        self.body.update(status="failed", failed_at=int(time.time()),
+                         errors=msgspec.to_builtins(BatchErrors(data=errors[:1000])))
+        await self.store.batches.change(self.batch_id, self.body, (state,))
+
     async def _answer(self, requests: list[BatchRequest] | None) -> None:
         if requests is None:
             requests, errors = await self._requests()
             if errors:  # the input file went away (deleted) after the batch was checked
-                self.body.update(status="failed", failed_at=int(time.time()),
-                                 errors=msgspec.to_builtins(BatchErrors(data=errors)))
-                await self.store.batches.change(self.batch_id, self.body, ("in_progress",))
+                await self._fail(errors, "in_progress")
                 self.stopping = "failed"
                 return
         while True:
