@@ -167,6 +167,7 @@ class FakeEngine(FakeOperator):
     data_parallel_size: int = 1
     vocab_size: int = 0x110000 + 3  # every code point
     max_images: int = 0
+    speech: Any = None  # a FakeSpeech (tests/test_audio.py): the model takes audio
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
     is_alive: bool = True

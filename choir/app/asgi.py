@@ -18,6 +18,7 @@ from choir.app.serving.batch_runner import BatchRunnerPlugin
 from choir.core.errors import APIError
 from choir.core.settings import Settings, SettingsError
 from choir.engine.roles import EngineFactory
+from choir.plugins.audio import AudioPolicy
 from choir.plugins.auth import AuthConfig, AuthPlugin
 from choir.plugins.engine.config import EngineConfig
 from choir.plugins.engine.plugin import EnginePlugin
@@ -138,7 +139,9 @@ def create_app(settings: Settings | None = None, engine_factory: EngineFactory |
                                                 settings.response_role, settings.default_chat_template_kwargs),
                                 store, MediaPolicy(settings.media_domains, settings.max_image_bytes,
                                                    settings.max_image_pixels, settings.media_fetch_seconds,
-                                                   settings.trust_request_mm_kwargs)),
+                                                   settings.trust_request_mm_kwargs),
+                                AudioPolicy(settings.max_audio_bytes, settings.max_audio_seconds,
+                                            settings.audio_decodes)),
                  EnginePlugin(engine), StorePlugin(store),
                  *([BatchRunnerPlugin(store.state_key, engine.engine_state_key, engine.drain_state_key,
                                       settings.batch_concurrency, RUNNER_STATE_KEY)]

@@ -21,6 +21,8 @@ BUNDLED_MODEL_NAME = "choir-tiny"
 BUNDLED_LORA_DIR = MODELS_DIR / "choir-tiny-lora"
 # A tiny vision-language model (LLaVA-style), built beside it and served only when CHOIR_MODEL names it.
 BUNDLED_VLM_DIR = MODELS_DIR / "choir-tiny-vlm"
+# A tiny Whisper (speech to text), the same: /v1/audio/transcriptions and /v1/audio/translations.
+BUNDLED_SPEECH_DIR = MODELS_DIR / "choir-tiny-whisper"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Stored responses: a SQLite file in .choir/ of the directory Choir is started from.
@@ -172,6 +174,10 @@ class Settings:
     max_image_pixels: int = 40_000_000
     media_fetch_seconds: int = 10
     trust_request_mm_kwargs: bool = False
+    # Audio in requests (choir/plugins/audio.py): the largest upload in bytes, the longest in seconds, decodes at once.
+    max_audio_bytes: int = 25 * 1024 * 1024
+    max_audio_seconds: int = 600
+    audio_decodes: int = 2
     # How chat messages are rendered (vLLM's --chat-template, a file's path or the template itself; its content
     # format; chat_template_kwargs every request gets under its own).
     chat_template: str | None = None
@@ -223,7 +229,7 @@ class Settings:
         env = environment(environ, env_file)
 
         model = env.get("CHOIR_MODEL") or str(BUNDLED_MODEL_DIR)
-        bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR)
+        bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR, BUNDLED_SPEECH_DIR)
         if (model.startswith((".", "/", "~")) or bundled) and not Path(model).expanduser().is_dir():
             hint = (" Build the bundled tiny models with `choir-tiny-models` (a checkout's `make install` does), or "
                     "name a model: `choir serve MODEL`.") if bundled else ""
@@ -280,6 +286,9 @@ class Settings:
             max_image_pixels=_positive_int(env, "CHOIR_MAX_IMAGE_PIXELS", 40_000_000),
             media_fetch_seconds=_positive_int(env, "CHOIR_MEDIA_FETCH_SECONDS", 10),
             trust_request_mm_kwargs=_boolean(env, "CHOIR_TRUST_REQUEST_MM_KWARGS", False),
+            max_audio_bytes=_positive_int(env, "CHOIR_MAX_AUDIO_BYTES", 25 * 1024 * 1024),
+            max_audio_seconds=_positive_int(env, "CHOIR_MAX_AUDIO_SECONDS", 600),
+            audio_decodes=_positive_int(env, "CHOIR_AUDIO_DECODES", 2),
             chat_template=env.get("CHOIR_CHAT_TEMPLATE") or None,
             response_role=env.get("CHOIR_RESPONSE_ROLE") or "assistant",
             chat_template_content_format=_choice(env, "CHOIR_CHAT_TEMPLATE_CONTENT_FORMAT", CONTENT_FORMATS),

@@ -160,6 +160,17 @@ GROUPS = (
                  "media_io_kwargs", "vLLM's `--trust-request-mm-kwargs` (a 400 naming them otherwise: they "
                  "change what preprocessing costs).", boolean=True),
     )),
+    Group("Audio", (
+        Variable("CHOIR_MAX_AUDIO_BYTES", str(25 * 1024 * 1024), "largest audio upload, in bytes",
+                 "A 400 naming `file` as soon as the upload passes it (it is not read whole to find out). "
+                 "OpenAI's and vLLM's 25 MB by default."),
+        Variable("CHOIR_MAX_AUDIO_SECONDS", "600", "longest audio, in seconds",
+                 "Read from the container's header where it says (WAV, FLAC, OGG, MP3, MP4): a 400 before anything "
+                 "is decoded; else the decoder stops at it. See [Audio](../api/audio.md)."),
+        Variable("CHOIR_AUDIO_DECODES", "2", "audio files decoded at once",
+                 "Each in a thread of its own, never on the event loop: a burst of uploads waits for these, "
+                 "text requests do not."),
+    )),
     Group("Stored responses", (
         Variable("CHOIR_STORE", "on", "keep stored responses",
                  "`off`: nothing is stored; `previous_response_id`, `conversation` and `background` are then "

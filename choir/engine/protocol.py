@@ -15,18 +15,9 @@ from choir.core.errors import AdapterError, EngineDead, EngineRejected, UnknownA
 from choir.engine.operator import Operator
 from choir.engine.outputs import EngineOutput
 from choir.engine.parsing import Parsers
+from choir.engine.prompt import Prompt
 from choir.engine.sampling import Sampling
-
-
-class Prompt(msgspec.Struct, frozen=True):
-    """A prompt rendered and tokenized for the engine."""
-
-    token_ids: list[int]
-    text: str | None
-    engine_input: Any  # opaque to Choir: handed back to `Engine.generate`
-    # A prompt with images: how to render it again with its images' data in it, for an engine that lost them
-    # from its cache (the engine's business: vllm_engine.py)
-    rerender: Any = None
+from choir.engine.speech import Speech
 
 
 class ImagesRejected(EngineRejected):
@@ -77,7 +68,7 @@ CHAT_RENDER = RenderOptions(add_special_tokens=False)
 
 
 # The seam's errors are core's (plain exceptions the HTTP side maps to answers).
-__all__ = ["AdapterError", "EngineDead", "EngineRejected", "UnknownAdapter"]
+__all__ = ["AdapterError", "EngineDead", "EngineRejected", "Prompt", "UnknownAdapter"]
 
 
 class Tokenizing(Protocol):
@@ -106,6 +97,7 @@ class Engine(Tokenizing, Operator, Protocol):
     default_sampling_params: dict[str, Any]  # from the model's generation_config: what `Sampling`'s Nones mean
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     data_parallel_size: int  # engine ranks this process can send a request to (1 without data parallelism)
+    speech: Speech | None  # a speech-to-text model's side (choir/engine/speech.py); None for a text model
 
     @property
     def is_alive(self) -> bool: ...

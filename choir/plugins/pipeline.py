@@ -21,6 +21,7 @@ from choir.engine.parsing import Parsers
 from choir.engine.protocol import Engine
 from choir.engine.roles import Engines
 from choir.plugins.aggregation import Aggregator
+from choir.plugins.audio import AudioPolicy
 from choir.plugins.engine.config import EngineConfig
 from choir.plugins.fanout import FanOut
 from choir.plugins.media import MediaPolicy
@@ -42,6 +43,7 @@ class RequestDefaults:
 
 NO_DEFAULTS = RequestDefaults()
 NO_MEDIA = MediaPolicy()
+NO_AUDIO = AudioPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class Pipeline:
     parsers: Parsers | None = None  # the reasoning and tool parsers (choir/plugins/parsers.py), if any
     defaults: RequestDefaults = NO_DEFAULTS
     media: MediaPolicy = NO_MEDIA  # how images in requests are checked and fetched
+    audio: AudioPolicy = NO_AUDIO  # how audio uploads are checked and decoded
     # Where the store is in the app state (choir/plugins/store/), if there is one: read by the stateful calls
     # alone (`stored`), so a plain request pays nothing for it.
     store_key: str | None = None
@@ -71,15 +74,17 @@ PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`, from the state the engine plugin's config (`engines`) names."""
 
-    __slots__ = ("defaults", "engines", "fan_out", "media", "store")
+    __slots__ = ("audio", "defaults", "engines", "fan_out", "media", "store")
 
     def __init__(self, fan_out: FanOut, engines: EngineConfig, defaults: RequestDefaults = NO_DEFAULTS,
-                 store: StoreConfig | None = None, media: MediaPolicy | None = None) -> None:
+                 store: StoreConfig | None = None, media: MediaPolicy | None = None,
+                 audio: AudioPolicy | None = None) -> None:
         self.fan_out, self.engines, self.defaults, self.store = fan_out, engines, defaults, store
         self.media = media or MediaPolicy()  # its own: a policy's semaphore serves one app
+        self.audio = audio or AudioPolicy()
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
-        fan_out, defaults, media = self.fan_out, self.defaults, self.media
+        fan_out, defaults, media, audio = self.fan_out, self.defaults, self.media, self.audio
         engine_key, engines_key, parsers_key = (self.engines.engine_state_key, self.engines.state_key,
                                                 self.engines.parsers_state_key)
         store_key = self.store.state_key if self.store is not None and self.store.url is not None else None
@@ -89,7 +94,7 @@ class PipelinePlugin(InitPlugin):
             state = request.app.state
             engine = state[engine_key]
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
-                            state.get(parsers_key), defaults, media, store_key)
+                            state.get(parsers_key), defaults, media, audio, store_key)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
         return app_config

@@ -1,11 +1,12 @@
 """`choir-tiny-models [--out DIR]`: the bundled tiny model and, beside it, its LoRA adapter, the pooling models and
-the vision-language model (`<out>-lora`, `<out>-embed`, `<out>-rerank`, `<out>-classify`, `<out>-vlm`). Each is
+the vision-language model and the speech-to-text model (`<out>-lora`, `<out>-embed`, `<out>-rerank`,
+`<out>-classify`, `<out>-vlm`, `<out>-whisper`). Each is
 kept when already built by this version of its builder."""
 
 import argparse
 from pathlib import Path
 
-from choir.tiny import extras, text, vlm
+from choir.tiny import extras, speech, text, vlm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
              lambda: extras.build_reranker(beside("rerank"), model, force=force)),
             (beside("classify"), extras.EXTRAS_VERSION,
              lambda: extras.build_classifier(beside("classify"), model, force=force)),
-            (beside("vlm"), vlm.VLM_VERSION, lambda: vlm.build_vlm(beside("vlm"), model, force=force))):
+            (beside("vlm"), vlm.VLM_VERSION, lambda: vlm.build_vlm(beside("vlm"), model, force=force)),
+            (beside("whisper"), speech.SPEECH_VERSION, lambda: speech.build_speech(beside("whisper"), force=force))):
         existed = not force and text.is_complete(target, version)
         print(f"{'up to date' if existed else 'built'}: {make()}")
     return 0

@@ -1,6 +1,7 @@
 """Handlers bound to the spec's operations (see choir/plugins/spec.py), one module per resource."""
 
 from choir.app.routes.adapters import load_lora_adapter, unload_lora_adapter
+from choir.app.routes.audio import AUDIO_HANDLERS
 from choir.app.routes.batches import BATCH_HANDLERS
 from choir.app.routes.chat import create_batch_chat_completion, create_chat_completion
 from choir.app.routes.completions import create_completion
@@ -36,4 +37,4 @@ ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_co
                   create_conversation_items, list_conversation_items, get_conversation_item, delete_conversation_item,
                   create_embedding, create_tokens, create_text, create_rerank, create_score, create_classification,
                   load_lora_adapter, unload_lora_adapter, invocations, create_message, count_message_tokens,
-                  *FILE_HANDLERS, *BATCH_HANDLERS, *OPERATOR_HANDLERS]
+                  *FILE_HANDLERS, *BATCH_HANDLERS, *AUDIO_HANDLERS, *OPERATOR_HANDLERS]

@@ -2,14 +2,12 @@
 read back and delete; each file its API key's only (choir/plugins/store/files.py). The upload is read as it
 comes and refused with a 413 once past CHOIR_MAX_FILE_BYTES, never buffered whole to find out."""
 
-from collections.abc import AsyncGenerator
 from typing import Any, Literal
 
 from litestar import Request, Response
-from litestar._multipart import parse_content_header, parse_multipart_form
 from litestar.datastructures import UploadFile
-from litestar.exceptions import ClientException
 
+from choir.app.routes.multipart import multipart_form, text_field
 from choir.app.routes.responses import store_and_owner
 from choir.core.errors import APIError, bad_request
 from choir.core.protocol.files import DeletedFile, FileList, OpenAIFile
@@ -40,69 +38,29 @@ def files_of(request: Request, pipeline: PipelineDependency) -> tuple[Store, str
     return store, owner
 
 
-async def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
-    """The body as it comes, a 413 as soon as it passes `limit` (a Content-Length over it: before reading)."""
-    too_large = APIError(413, f"The file is larger than this server takes ({limit} bytes, CHOIR_MAX_FILE_BYTES).",
-                         "file")
-    if (request.content_length or 0) > limit:
-        raise too_large
-    seen = 0
-    async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            raise too_large
-        yield chunk
-
-
-def _field(form: dict[str, Any], name: str) -> str | None:
-    value = form.get(name)
-    return value if isinstance(value, str) else None
-
-
 @operation("createFile")
 async def create_file(request: Request, pipeline: PipelineDependency) -> OpenAIFile:
     store, owner = files_of(request, pipeline)
-    _, options = parse_content_header(request.headers.get("content-type", ""))
-    boundary = options.get("boundary")
-    if not boundary:
-        raise bad_request("The body must be multipart/form-data with a boundary (fields `file` and `purpose`).")
-    # The multipart overhead is small: the file itself is bounded below, once its size is known.
-    try:
-        form = await parse_multipart_form(_bounded(request, store.files.max_bytes + 64 * 1024), boundary.encode(),
-                                          multipart_form_part_limit=16)
-    except ClientException as exc:
-        if exc.status_code == 413:
-            raise
-        too_many = "Too Large" in exc.detail
-        raise bad_request("The multipart body has too many parts (`file`, `purpose` and `expires_after` are all it "
-                          "takes)." if too_many else f"The multipart body cannot be read: {exc.detail}.") from None
-    upload = form.get("file")
-    try:
-        if any(isinstance(value, list) for value in form.values()):
-            raise bad_request("A field is sent twice: send `file` and `purpose` once each.",
-                              next(name for name, value in form.items() if isinstance(value, list)))
+    too_large = APIError(413, f"The file is larger than this server takes ({store.files.max_bytes} bytes, "
+                              "CHOIR_MAX_FILE_BYTES).", "file")
+    async with multipart_form(request, store.files.max_bytes, too_large, "fields `file` and `purpose`") as form:
+        upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise bad_request("`file` is required: the file to upload, as a multipart file field.", "file")
-        purpose = _field(form, "purpose")
+        purpose = text_field(form, "purpose")
         if purpose not in PURPOSES:
             raise bad_request(f"`purpose` must be one of {', '.join(PURPOSES)} (Choir stores files for the Batch API "
                               f"only), not {purpose!r}.", "purpose")
         expires_after = _expiry(form)
         content = await upload.read()
-    finally:
-        for value in form.values():
-            for part in value if isinstance(value, list) else [value]:
-                if isinstance(part, UploadFile):
-                    await part.close()
     if len(content) > store.files.max_bytes:
-        raise APIError(413, f"The file is larger than this server takes ({store.files.max_bytes} bytes, "
-                            "CHOIR_MAX_FILE_BYTES).", "file")
+        raise too_large
     name = (upload.filename or "file").replace("\x00", "")[:MAX_FILENAME] or "file"
     return as_file(await store.files.create(owner, name, purpose, content, expires_after))
 
 
 def _expiry(form: dict[str, Any]) -> int | None:
-    anchor, seconds = _field(form, "expires_after[anchor]"), _field(form, "expires_after[seconds]")
+    anchor, seconds = text_field(form, "expires_after[anchor]"), text_field(form, "expires_after[seconds]")
     if anchor is None and seconds is None:
         return None
     if anchor != "created_at":

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from choir.core.protocol.audio import TranscriptEvent, Transcription, TranscriptionUpload, TranscriptionVerbose
 from choir.core.protocol.batches import Batch, BatchCreateRequest, BatchList
 from choir.core.protocol.chat import (
     BatchChatCompletionRequest,
@@ -57,7 +58,8 @@ WIRE_TYPES = [CompletionRequest, CompletionResponse, CompletionChunk, ChatComple
               UnloadLoraAdapterRequest, ConversationCreateRequest, ConversationUpdateRequest,
               ConversationItemsRequest, Conversation, DeletedConversation, MessagesRequest, Message, MessageEvent,
               CountTokensRequest, CountTokensResponse, AnthropicError, CollectiveRpcRequest, OpenAIFile, FileList,
-              DeletedFile, BatchCreateRequest, Batch, BatchList]
+              DeletedFile, BatchCreateRequest, Batch, BatchList, TranscriptionUpload, Transcription,
+              TranscriptionVerbose, TranscriptEvent]
 # The package data file itself (a checkout's, installed editable, when this is run as a script to update it).
 SPEC_FILE = Path(str(files("choir") / "spec" / "openapi.yaml"))
 

@@ -2,6 +2,8 @@
 (CHOIR_ENGINE_ARGS, CHOIR_<ROLE>_ENGINE_ARGS), parsed by vLLM's own parser as `vllm serve` would; and
 the check that engines sharing a GPU fit on it together."""
 
+import json
+from pathlib import Path
 from typing import Any, NoReturn
 
 from choir.core.settings import RoleModel, Settings, SettingsError
@@ -9,6 +11,8 @@ from choir.core.settings import RoleModel, Settings, SettingsError
 # Small context and batch for the bundled tiny models keep the CPU KV cache (VLLM_CPU_KVCACHE_SPACE, GiB)
 # small, and CUDA graphs are pointless for them.
 BUNDLED_MODEL_ENGINE_ARGS = ("--max-model-len", "2048", "--max-num-seqs", "128", "--enforce-eager")
+# The tiny Whisper's context is its decoder's own (max_target_positions): no --max-model-len.
+BUNDLED_SPEECH_ENGINE_ARGS = ("--max-num-seqs", "64", "--enforce-eager")
 BUNDLED_POOLING_ENGINE_ARGS = ("--max-model-len", "512", "--max-num-seqs", "64", "--enforce-eager")
 # JSON with no whitespace between tokens, so that a model cannot loop on it (vLLM allows any amount by
 # default; choir/app/serving/json_bounds.py says the rest). Any --structured-outputs-config flag of the user's
@@ -25,7 +29,7 @@ GPU_SHARE_LIMIT = 0.95
 def engine_argv(settings: Settings, on_cpu: bool = False) -> list[str]:
     """The generation engine's flags in vLLM CLI syntax: Choir's defaults first, so the user's win."""
     user = settings.engine_args
-    model_defaults = BUNDLED_MODEL_ENGINE_ARGS if settings.is_bundled_model else ()
+    model_defaults = _bundled_defaults(settings.model) if settings.is_bundled_model else ()
     # The engine's structured outputs must know the reasoning parser to constrain only what follows the
     # reasoning (json_schema, forced tools), as `vllm serve --reasoning-parser` does.
     reasoning = ("--reasoning-parser", settings.reasoning_parser) if settings.reasoning_parser else ()
@@ -38,6 +42,14 @@ def engine_argv(settings: Settings, on_cpu: bool = False) -> list[str]:
     lora = ("--enable-lora",) if (settings.lora_modules or settings.allow_runtime_lora) else ()
     return ["--model", settings.model, "--served-model-name", *settings.served_model_names,
             *_not_overridden(list(lora), user), *defaults, *reasoning, *user]
+
+
+def _bundled_defaults(model: str) -> tuple[str, ...]:
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return BUNDLED_MODEL_ENGINE_ARGS
+    return BUNDLED_SPEECH_ENGINE_ARGS if config.get("model_type") == "whisper" else BUNDLED_MODEL_ENGINE_ARGS
 
 
 def pooling_argv(model: RoleModel) -> list[str]:

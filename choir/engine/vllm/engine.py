@@ -18,11 +18,13 @@ from choir.engine.protocol import (
     UnknownAdapter,
 )
 from choir.engine.sampling import Sampling
+from choir.engine.speech import Speech
 from choir.engine.vllm.base import VllmBase
 from choir.engine.vllm.errors import reraise
 from choir.engine.vllm.grammar import GrammarGate
 from choir.engine.vllm.parsers import VllmParsers
 from choir.engine.vllm.sampling import SamplingAdapter
+from choir.engine.vllm.speech import VllmSpeech
 
 
 class VllmEngine(VllmBase):
@@ -48,6 +50,7 @@ class VllmEngine(VllmBase):
         self.grammars: GrammarGate | None = None  # set by start_vllm_engine
         # --enable-log-requests (an engine flag): each request logged by vLLM's own RequestLogger, as its server does
         self.request_log: Any = None
+        self.speech: Speech | None = VllmSpeech.of(engine)  # a speech-to-text model (Whisper, ...): /v1/audio/*
 
     async def generate(self, prompt: Prompt, params: Sampling, request_id: str,
                        options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[EngineOutput, None]:

@@ -1,0 +1,104 @@
+"""A transcript in the format a request asks for: `json` and `verbose_json` (OpenAI's objects), `text`, and the
+subtitle formats `srt` and `vtt` made of the model's timestamped segments (vLLM's server serves neither)."""
+
+import math
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+import msgspec
+
+from choir.app.serving.speech import ChunkResult, SpeechPlan
+from choir.app.serving.streaming import data_frame
+from choir.core.protocol.audio import (
+    AudioDuration,
+    AudioTokens,
+    TranscriptDelta,
+    TranscriptDone,
+    Transcription,
+    TranscriptionSegment,
+    TranscriptionVerbose,
+)
+from choir.engine.speech import Segment
+
+MEDIA_TYPES = {"json": "application/json", "verbose_json": "application/json", "text": "text/plain",
+               "srt": "text/plain", "vtt": "text/plain"}
+
+
+def answer(plan: SpeechPlan, results: list[ChunkResult]) -> bytes:
+    """The body, of MEDIA_TYPES[plan.form.response_format]."""
+    fmt = plan.form.response_format
+    segments = [_wire(i, segment, plan) for i, segment in enumerate(s for r in results for s in r.segments)]
+    if plan.segmented:
+        text = plan.separator.join(segment.text for segment in segments)
+    else:
+        text = plan.separator.join(result.text for result in results)
+    if fmt == "text":
+        return (text + "\n").encode()
+    if fmt == "srt":
+        return _subtitles(segments, srt=True).encode()
+    if fmt == "vtt":
+        return _subtitles(segments, srt=False).encode()
+    usage = _duration(plan) if plan.task == "transcribe" else None
+    if fmt == "verbose_json":
+        return msgspec.json.encode(TranscriptionVerbose(
+            task=plan.task, language=_language_name(plan), duration=round(plan.audio.seconds, 3), text=text,
+            segments=segments, usage=usage))
+    return msgspec.json.encode(Transcription(text=text, usage=usage))
+
+
+def _duration(plan: SpeechPlan) -> AudioDuration:
+    return AudioDuration(seconds=math.ceil(plan.audio.seconds))  # rounded up, as OpenAI bills it
+
+
+def _language_name(plan: SpeechPlan) -> str:
+    """OpenAI names the language (`english`); a model that detects none reports `unknown`."""
+    code = plan.language
+    return plan.speech.languages.get(code, code).lower() if code else "unknown"
+
+
+def _wire(index: int, segment: Segment, plan: SpeechPlan) -> TranscriptionSegment:
+    return TranscriptionSegment(
+        id=index, seek=int(segment.start), start=round(segment.start, 3), end=round(segment.end, 3),
+        text=segment.text, tokens=segment.tokens, temperature=plan.form.temperature,
+        avg_logprob=segment.avg_logprob, compression_ratio=segment.compression_ratio)
+
+
+def _timestamp(seconds: float, srt: bool) -> str:
+    millis = round(seconds * 1000)
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{',' if srt else '.'}{millis:03d}"
+
+
+def _subtitles(segments: list[TranscriptionSegment], srt: bool) -> str:
+    """SubRip (numbered cues, `,` before the milliseconds) or WebVTT (a header, `.`)."""
+    cues = []
+    for number, segment in enumerate(segments, start=1):
+        timing = f"{_timestamp(segment.start, srt)} --> {_timestamp(segment.end, srt)}"
+        text = segment.text.strip().replace("\n\n", "\n")
+        cues.append(f"{number}\n{timing}\n{text}\n" if srt else f"{timing}\n{text}\n")
+    return "\n".join(cues) if srt else "WEBVTT\n\n" + "\n".join(cues)
+
+
+async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, int], None]) \
+        -> AsyncGenerator[bytes, None]:
+    """OpenAI's transcript events: `transcript.text.delta` per piece of text, then `transcript.text.done` with
+    the whole text and its token usage (the audio's tokens counted as vLLM counts them)."""
+    texts: list[str] = []
+    current, completion_tokens = -1, 0
+    async with aclosing(deltas):
+        async for index, text, tokens in deltas:
+            completion_tokens += tokens
+            if index != current:
+                current = index
+                if index > 0 and text:
+                    text = plan.separator + text.lstrip() if plan.separator else text
+            if text:
+                texts.append(text)
+                yield data_frame(msgspec.json.encode(TranscriptDelta(delta=text)))
+    prompt_tokens = sum(len(prompt.token_ids) for prompt in plan.prompts) + plan.speech.audio_tokens(plan.audio.seconds)
+    usage = AudioTokens(input_tokens=prompt_tokens, output_tokens=completion_tokens,
+                        total_tokens=prompt_tokens + completion_tokens)
+    yield data_frame(msgspec.json.encode(TranscriptDone(text=plan.speech.clean("".join(texts)), usage=usage)))
+

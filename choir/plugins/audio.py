@@ -1,0 +1,105 @@
+"""Audio in a request, checked before any decoder runs, and decoded off the event loop a few at a time.
+
+An upload is bounded while it streams in (CHOIR_MAX_AUDIO_BYTES). Then only its container's header is read:
+what it is (soundfile's formats: WAV, FLAC, OGG, MP3; else FFmpeg's, through PyAV: MP4/M4A, WebM, ...) and,
+where the container says, how long it is (CHOIR_MAX_AUDIO_SECONDS). Decoding (the engine's: vLLM's loader,
+which also stops at the bound when no header said the length) runs in this policy's own threads, `decodes` at
+a time, so a burst of uploads waits for them and never for the event loop or the threads text requests use.
+"""
+
+import asyncio
+import io
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from choir.core.errors import APIError
+
+T = TypeVar("T")
+
+
+class AudioRefused(APIError):
+    """Audio the request may not send; `param` names the form field or the content part."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    container: str  # as the reader names it: WAV, FLAC, mp3, mov,mp4,m4a,3gp,3g2,mj2, ...
+    seconds: float | None  # None: the header does not say
+
+
+def probe(data: bytes) -> Probe:
+    """What the bytes are, from their header alone; ValueError when no audio reader recognises them."""
+    import soundfile
+
+    if not data:
+        raise ValueError("it is empty")
+    try:
+        info = soundfile.info(io.BytesIO(data))
+    except Exception:  # soundfile's errors, and its own TypeErrors on odd headers: not one of its formats
+        pass
+    else:
+        known = info.frames > 0 and info.samplerate > 0 and info.frames < 2**62
+        return Probe(str(info.format), info.frames / info.samplerate if known else None)
+    return _probe_ffmpeg(data)
+
+
+def _probe_ffmpeg(data: bytes) -> Probe:
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                raise ValueError("it holds no audio stream")
+            seconds = container.duration / av.time_base if container.duration else None
+            return Probe(container.format.name, seconds)
+    except av.FFmpegError:
+        raise ValueError("it is not audio in a container this server reads (WAV, FLAC, OGG, MP3, MP4/M4A, WebM, ...), "
+                         "or the file is damaged") from None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AudioPolicy:
+    """The server's audio limits (CHOIR_MAX_AUDIO_BYTES, CHOIR_MAX_AUDIO_SECONDS, CHOIR_AUDIO_DECODES)."""
+
+    max_bytes: int = 25 * 1024 * 1024  # OpenAI's and vLLM's 25 MB
+    max_seconds: float = 600.0  # vLLM's VLLM_MAX_AUDIO_DECODE_DURATION_S
+    decodes: int = 2
+    _gate: asyncio.Semaphore = field(init=False, repr=False)
+    _threads: ThreadPoolExecutor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_gate", asyncio.Semaphore(self.decodes))
+        object.__setattr__(self, "_threads", ThreadPoolExecutor(self.decodes, thread_name_prefix="choir-audio"))
+
+    def too_large(self, param: str) -> AudioRefused:
+        return AudioRefused(400, f"The audio is larger than this server takes ({self.max_bytes} bytes, "
+                                 "CHOIR_MAX_AUDIO_BYTES).", param)
+
+    async def check(self, data: bytes, param: str) -> Probe:
+        """The header's reading, or a 400 naming `param`: not audio, damaged, too large, too long."""
+        if len(data) > self.max_bytes:
+            raise self.too_large(param)
+        try:
+            found = await self.run(probe, data)
+        except ValueError as exc:
+            raise AudioRefused(400, f"The audio cannot be read: {exc}.", param) from None
+        if found.seconds is not None and found.seconds > self.max_seconds:
+            raise AudioRefused(400, f"The audio is {found.seconds:.1f} s long, longer than this server takes "
+                                    f"({self.max_seconds:g} s, CHOIR_MAX_AUDIO_SECONDS).", param)
+        return found
+
+    async def run(self, work: Callable[[bytes], T], data: bytes) -> T:
+        """`work(data)` in one of the policy's threads, when one is free."""
+        async with self._gate:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, work, data)
+
+    def refused(self, exc: ValueError, param: str) -> AudioRefused:
+        """A decoder's refusal (vLLM's loader: too long once decoded, damaged data) as a 400 naming `param`."""
+        reason = str(exc).rstrip(".")
+        if "exceeds maximum allowed duration" in reason or "Audio exceeds" in reason:
+            return AudioRefused(400, f"The audio is longer than this server takes ({self.max_seconds:g} s, "
+                                     "CHOIR_MAX_AUDIO_SECONDS).", param)
+        return AudioRefused(400, f"The audio cannot be decoded: {reason}.", param)
+
