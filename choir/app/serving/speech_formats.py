@@ -28,10 +28,8 @@ def answer(plan: SpeechPlan, results: list[ChunkResult]) -> bytes:
     """The body, of MEDIA_TYPES[plan.form.response_format]."""
     fmt = plan.form.response_format
     segments = [_wire(i, segment, plan) for i, segment in enumerate(s for r in results for s in r.segments)]
-    if plan.segmented:
-        text = plan.separator.join(segment.text for segment in segments)
-    else:
-        text = plan.separator.join(result.text for result in results)
+    parts = [segment.text for segment in segments] if plan.segmented else [result.text for result in results]
+    text = joined(parts, plan.separator)
     if fmt == "text":
         return (text + "\n").encode()
     if fmt == "srt":
@@ -44,6 +42,17 @@ def answer(plan: SpeechPlan, results: list[ChunkResult]) -> bytes:
             task=plan.task, language=_language_name(plan), duration=round(plan.audio.seconds, 3), text=text,
             segments=segments, usage=usage))
     return msgspec.json.encode(Transcription(text=text, usage=usage))
+
+
+def joined(parts: list[str], separator: str) -> str:
+    """The texts of chunks (or segments) in order, `separator` between them (vLLM's: a space, none for the
+    languages written without), not doubled where a text brings its own leading space, as Whisper's do."""
+    text = parts[0] if parts else ""
+    for part in parts[1:]:
+        part = part.lstrip()
+        if part:
+            text = text.rstrip() + separator + part if text.strip() else part
+    return text
 
 
 def _duration(plan: SpeechPlan) -> AudioDuration:

@@ -1,0 +1,169 @@
+"""Speech to text on the real engine: the tiny Whisper (models/choir-tiny-whisper, vLLM's own Whisper code and
+processor) behind Choir, through the OpenAI SDK: every response format, a stream, a translation, audio longer than
+the model's window split into engine requests, the containers soundfile and FFmpeg read, and the checks before
+decoding; the text model's server refuses audio. docs/api/audio.md's example runs here."""
+
+import io
+import math
+import re
+import struct
+import wave
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from choir.core.settings import BUNDLED_SPEECH_DIR
+from tests.integration.server import start_server
+
+pytestmark = pytest.mark.engine
+
+MAX_SECONDS = 30
+MAX_BYTES = 2_000_000
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def samples(seconds: float, rate: int = 16000, hz: float = 440.0) -> list[float]:
+    return [0.25 * math.sin(2 * math.pi * hz * i / rate) for i in range(int(seconds * rate))]
+
+
+def wav(seconds: float, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(b"".join(struct.pack("<h", int(32767 * s)) for s in samples(seconds, rate)))
+    return buffer.getvalue()
+
+
+def encoded(seconds: float, container: str) -> bytes:
+    """FLAC and OGG through soundfile; M4A (AAC in MP4) through PyAV."""
+    import numpy as np
+    import soundfile
+
+    data = np.array(samples(seconds), dtype=np.float32)
+    buffer = io.BytesIO()
+    if container in ("FLAC", "OGG"):
+        soundfile.write(buffer, data, 16000, format=container)
+        return buffer.getvalue()
+    import av
+
+    with av.open(buffer, "w", format="mp4") as out:
+        stream = out.add_stream("aac", rate=16000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(data.reshape(1, -1), format="flt", layout="mono")
+        frame.sample_rate = 16000
+        for packet in stream.encode(frame):
+            out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    server = start_server(tmp_path_factory.mktemp("whisper") / "server.log", env={
+        "CHOIR_MODEL": str(BUNDLED_SPEECH_DIR), "CHOIR_MAX_AUDIO_SECONDS": str(MAX_SECONDS),
+        "CHOIR_MAX_AUDIO_BYTES": str(MAX_BYTES)})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(whisper) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{whisper.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+MODEL = "choir-tiny-whisper"
+
+
+def finished_requests(base_url: str) -> float:
+    metrics = httpx.get(f"{base_url}/metrics").text
+    return sum(float(value) for value in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$", metrics, re.M))
+
+
+def test_a_transcription_in_every_format(sdk):
+    audio = wav(3)
+    seeded = {"seed": 3}  # vLLM's field: the SDK sends extra_body as form fields
+    first = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", extra_body=seeded)
+    assert first.text.strip() and first.usage.type == "duration" and first.usage.seconds == 3
+    again = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", extra_body=seeded)
+    assert again.text == first.text  # greedy and seeded: the same audio, the same text
+    text = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", response_format="text")
+    assert text.strip() == first.text.strip()
+    verbose = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en",
+                                              response_format="verbose_json", timestamp_granularities=["segment"])
+    assert verbose.language == "english" and verbose.duration == 3.0 and verbose.task == "transcribe"
+    assert verbose.text == " ".join(s.text.strip() for s in verbose.segments) or \
+        verbose.text == "".join(s.text for s in verbose.segments) or not verbose.segments
+    for segment in verbose.segments:
+        assert 0 <= segment.start <= segment.end and segment.tokens
+    srt = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", response_format="srt")
+    vtt = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", response_format="vtt")
+    assert isinstance(srt, str) and vtt.startswith("WEBVTT")
+    assert srt.count(" --> ") == vtt.count(" --> ") == len(verbose.segments)
+
+
+def test_without_a_language_whisper_detects_one(sdk):
+    verbose = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(2)), response_format="verbose_json")
+    assert verbose.language.isalpha() and verbose.language.islower()
+
+
+def test_a_stream_is_delta_events_then_done(sdk):
+    events = list(sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(3)), language="en",
+                                                  extra_body={"seed": 3}, stream=True))
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    done = events[-1]
+    assert deltas and done.type == "transcript.text.done" and done.text == "".join(deltas)
+    assert done.usage.output_tokens > 0 and done.usage.input_tokens > done.usage.output_tokens // 10
+    whole = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(3)), language="en",
+                                            extra_body={"seed": 3})
+    assert done.text == whole.text
+
+
+def test_a_translation(sdk):
+    english = sdk.audio.translations.create(model=MODEL, file=("a.wav", wav(2)))
+    assert english.text.strip()
+
+
+def test_audio_longer_than_the_window_is_split_into_requests(sdk, whisper):
+    before = finished_requests(whisper.base_url)
+    long = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(12)), language="en")
+    assert long.usage.seconds == 12 and long.text.strip()
+    assert finished_requests(whisper.base_url) - before == 3  # 12 s in the tiny model's 5 s window
+
+
+@pytest.mark.parametrize("container", ["FLAC", "OGG", "M4A"])
+def test_other_containers_are_read(sdk, container):
+    answer = sdk.audio.transcriptions.create(model=MODEL, file=(f"a.{container.lower()}", encoded(2, container)),
+                                             language="en")
+    assert answer.text.strip() and answer.usage.seconds in (2, 3)  # AAC pads a frame or two
+
+
+def test_bad_audio_is_a_400_naming_the_file(sdk, whisper):
+    cases = [(b"this is text, not audio", "cannot be read"),
+             (wav(MAX_SECONDS + 1), f"{MAX_SECONDS:g} s"),
+             (b"\x00" * (MAX_BYTES + 1), "CHOIR_MAX_AUDIO_BYTES")]
+    for audio, fragment in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en")
+        assert refused.value.body["param"] == "file" and fragment in refused.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as long_prompt:
+        sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(1)), language="en", prompt="hello " * 200)
+    assert long_prompt.value.body["param"] == "prompt"
+    assert sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(1)), language="en").text  # still serving
+
+
+def test_a_text_model_refuses_audio(client, model):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.transcriptions.create(model=model, file=("a.wav", wav(1)))
+    assert refused.value.body["param"] == "model" and "does not take audio" in refused.value.body["message"]
+
+
+def test_the_docs_example_runs(whisper, capsys):
+    blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / "api" / "audio.md").read_text(), re.M | re.S)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block.replace("http://127.0.0.1:8000", whisper.base_url), "audio.md example", "exec"), namespace)
+    assert "transcript.text.done" in capsys.readouterr().out
