@@ -118,7 +118,8 @@ class VllmSpeech:
         begin = self._timestamp_begin
         if begin is None:
             return []
-        tokens, values = list(token_ids), list(logprobs)
+        tokens = list(token_ids)
+        values = [*logprobs[:len(tokens)], *[0.0] * (len(tokens) - len(logprobs))]  # one per token
         if tokens and tokens[-1] == self._eos:
             tokens, values = tokens[:-1], values[:-1]
         tokens, values = [begin, *tokens], [0.0, *values]
