@@ -122,7 +122,8 @@ def describe_stream(text: str) -> list[str]:
                                                 for c in data.get("choices") or [])
         usage = data.get("usage") or usage
     kinds_seen = ", ".join(f"`{kind}`" for kind in dict.fromkeys(kinds))
-    facts = [f"{len(events)} events ({kinds_seen}), ends with [DONE]: {'yes' if events and events[-1] == '[DONE]' else 'no'}",
+    done = "yes" if events and events[-1] == "[DONE]" else "no"
+    facts = [f"{len(events)} events ({kinds_seen}), ends with [DONE]: {done}",
              f"text {quoted(content)}"]
     if usage:
         facts.append("usage " + quoted(json.dumps(usage), 90))

@@ -167,6 +167,7 @@ class FakeEngine(FakeOperator):
     data_parallel_size: int = 1
     vocab_size: int = 0x110000 + 3  # every code point
     max_images: int = 0
+    max_audios: int = 0
     speech: Any = None  # a FakeSpeech (tests/test_audio.py): the model takes audio
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
@@ -314,6 +315,7 @@ class FakePoolingEngine(FakeOperator):
 
     vocab_size: int = FakeEngine.vocab_size
     max_images: int = 0
+    max_audios: int = 0
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:

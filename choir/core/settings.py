@@ -23,6 +23,8 @@ BUNDLED_LORA_DIR = MODELS_DIR / "choir-tiny-lora"
 BUNDLED_VLM_DIR = MODELS_DIR / "choir-tiny-vlm"
 # A tiny Whisper (speech to text), the same: /v1/audio/transcriptions and /v1/audio/translations.
 BUNDLED_SPEECH_DIR = MODELS_DIR / "choir-tiny-whisper"
+# A tiny audio-language model (Qwen2-Audio-style), the same: audio parts in chat.
+BUNDLED_AUDIO_DIR = MODELS_DIR / "choir-tiny-audio"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Stored responses: a SQLite file in .choir/ of the directory Choir is started from.
@@ -229,7 +231,7 @@ class Settings:
         env = environment(environ, env_file)
 
         model = env.get("CHOIR_MODEL") or str(BUNDLED_MODEL_DIR)
-        bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR, BUNDLED_SPEECH_DIR)
+        bundled = Path(model).resolve() in (BUNDLED_MODEL_DIR, BUNDLED_VLM_DIR, BUNDLED_SPEECH_DIR, BUNDLED_AUDIO_DIR)
         if (model.startswith((".", "/", "~")) or bundled) and not Path(model).expanduser().is_dir():
             hint = (" Build the bundled tiny models with `choir-tiny-models` (a checkout's `make install` does), or "
                     "name a model: `choir serve MODEL`.") if bundled else ""

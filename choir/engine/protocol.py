@@ -78,6 +78,7 @@ class Tokenizing(Protocol):
     max_model_len: int
     vocab_size: int  # token ids go from 0 to vocab_size - 1
     max_images: int  # images one prompt may hold (vLLM's --limit-mm-per-prompt); 0: the model reads text only
+    max_audios: int  # audio parts one prompt may hold, the same; 0: the model hears nothing
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]: ...

@@ -8,15 +8,20 @@ a time, so a burst of uploads waits for them and never for the event loop or the
 """
 
 import asyncio
+import base64
+import binascii
 import io
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from choir.core.errors import APIError
 
 T = TypeVar("T")
+AUDIO_PARTS = ("input_audio", "audio_url")
+HEARS_NOTHING = ("The served model takes no audio: serve an audio-language model (Qwen2-Audio, Ultravox, ...) to send "
+                 "it, or a speech-to-text model for /v1/audio/transcriptions (docs/api/audio.md).")
 
 
 class AudioRefused(APIError):
@@ -103,3 +108,40 @@ class AudioPolicy:
                                      "CHOIR_MAX_AUDIO_SECONDS).", param)
         return AudioRefused(400, f"The audio cannot be decoded: {reason}.", param)
 
+    async def prepare(self, messages: list[dict[str, Any]], max_audios: int) -> list[str]:
+        """Chat messages' audio parts checked before they are rendered, for a model that takes `max_audios` per
+        prompt (each a 400 naming its part); their names."""
+        parts = [(part, f"messages[{i}].content[{j}]") for i, message in enumerate(messages)
+                 if isinstance(message.get("content"), list)
+                 for j, part in enumerate(message["content"]) if part.get("type") in AUDIO_PARTS]
+        for index, (_, name) in enumerate(parts):
+            if max_audios == 0:
+                raise AudioRefused(400, HEARS_NOTHING, name)
+            if index >= max_audios:
+                raise AudioRefused(400, f"At most {max_audios} audio part(s) may be provided in one prompt (the "
+                                        "engine's --limit-mm-per-prompt).", name)
+        for part, name in parts:
+            await self.check(await self.run(_part_bytes(part, name, self), b""), name)
+        return [name for _, name in parts]
+
+
+def _part_bytes(part: dict[str, Any], name: str, policy: AudioPolicy) -> Callable[[bytes], bytes]:
+    """The audio part's bytes (base64 decoded in a policy thread: megabytes take milliseconds)."""
+    if part["type"] == "input_audio":
+        payload = part["input_audio"]["data"]
+    else:
+        url = part["audio_url"]["url"]
+        head, comma, payload = url.partition(",")
+        if head[:5].lower() != "data:" or not comma or not head.lower().endswith(";base64"):
+            raise AudioRefused(400, "An audio URL is a data URL (data:audio/wav;base64,...): audio URLs are not "
+                                    "fetched by this server.", name)
+    if len(payload) * 3 // 4 > policy.max_bytes + 2:
+        raise policy.too_large(name)
+
+    def decode(_: bytes) -> bytes:
+        try:
+            return base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise AudioRefused(400, "The audio data is not valid base64.", name) from None
+
+    return decode

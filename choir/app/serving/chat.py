@@ -86,7 +86,7 @@ def _check_unsupported(request: ChatCompletionRequest, compat: OperationCompat) 
 
 
 def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], bool]:
-    """The messages for the chat template, and whether they hold images."""
+    """The messages for the chat template, and whether they hold images or audio."""
     messages = without_none(msgspec.to_builtins(request.messages))
     images = False
     for message in messages:
@@ -96,6 +96,8 @@ def _messages(request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], boo
                 if part["type"] == "image_url":
                     images = True
                     part["image_url"].pop("detail", None)  # vLLM ignores it (and warns, per request)
+                elif part["type"] != "text":
+                    images = True  # audio: media all the same
         # templates read either name (vLLM's server gives them both)
         reasoning = message.get("reasoning", message.get("reasoning_content"))
         if reasoning is not None:
@@ -146,6 +148,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     if images or request.mm_processor_kwargs or request.media_io_kwargs:
         names = await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
                                              request.media_io_kwargs, image_names)
+        names += await pipeline.audio.prepare(messages, engine.max_audios)
         prompt = await render_images(engine, messages, template, render, names)
     else:
         prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`

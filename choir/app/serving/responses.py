@@ -27,6 +27,7 @@ from choir.core.protocol.responses import (
     CustomToolCallOutputInput,
     FunctionCallInput,
     FunctionCallOutputInput,
+    InputAudio,
     InputImage,
     InputMessage,
     JsonSchemaTextFormat,
@@ -140,7 +141,7 @@ def _message(where: str, item: dict[str, Any], room: list[int]) -> dict[str, Any
         return {"role": "tool", "tool_call_id": parsed.id, "content": parsed.output}
     if isinstance(parsed.content, str):
         return {"role": parsed.role, "content": parsed.content}
-    if not any(isinstance(part, InputImage) for part in parsed.content):
+    if not any(isinstance(part, InputImage | InputAudio) for part in parsed.content):
         return {"role": parsed.role, "content": "".join(part.text for part in parsed.content)}
     return {"role": parsed.role, "content": _chat_parts(f"{where}.content", parsed.content)}
 
@@ -148,7 +149,9 @@ def _message(where: str, item: dict[str, Any], room: list[int]) -> dict[str, Any
 def _chat_parts(where: str, parts: list[Any]) -> list[dict[str, Any]]:
     chat_parts: list[dict[str, Any]] = []
     for j, part in enumerate(parts):
-        if not isinstance(part, InputImage):
+        if isinstance(part, InputAudio):
+            chat_parts.append({"type": "input_audio", "input_audio": msgspec.to_builtins(part.input_audio)})
+        elif not isinstance(part, InputImage):
             chat_parts.append({"type": "text", "text": part.text})
         elif part.image_url is None:
             raise bad_request("An image by `file_id` needs a Files API, which this server has not: send `image_url` "

@@ -45,6 +45,7 @@ async def tokenize(pipeline: Pipeline, request: TokenizeRequest) -> TokenizeResp
         # an image counts the tokens the model's processor gives it, as in a chat request
         names = await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
                                              request.media_io_kwargs)
+        names += await pipeline.audio.prepare(messages, engine.max_audios)
         prompt = await render_images(engine, messages, template,
                                      RenderOptions(add_special_tokens=_or(request.add_special_tokens, False),
                                                    skip_mm_cache=True), names)

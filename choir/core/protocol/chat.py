@@ -23,7 +23,28 @@ class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
     image_url: ImageURL
 
 
-ContentPart = TextPart | ImagePart
+class InputAudio(msgspec.Struct, kw_only=True):
+    data: str  # base64 of the file
+    format: str  # OpenAI's `wav` or `mp3`; any container the server reads is taken (choir/plugins/audio.py)
+
+
+class InputAudioPart(msgspec.Struct, tag_field="type", tag="input_audio"):
+    """Audio, for an audio-language model (choir/plugins/audio.py checks it; vLLM's renderer decodes it)."""
+
+    input_audio: InputAudio
+
+
+class AudioURL(msgspec.Struct, kw_only=True):
+    url: str  # a data URL: data:audio/wav;base64,...
+
+
+class AudioURLPart(msgspec.Struct, tag_field="type", tag="audio_url"):
+    """vLLM's other spelling of an audio part: a data URL."""
+
+    audio_url: AudioURL
+
+
+ContentPart = TextPart | ImagePart | InputAudioPart | AudioURLPart
 
 
 class ChatMessage(msgspec.Struct, kw_only=True):

@@ -27,10 +27,21 @@ class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=Tr
     detail: Literal["auto", "low", "high", "original"] | None = "auto"
 
 
+class InputAudioData(msgspec.Struct, kw_only=True):
+    data: str  # base64 of the file
+    format: str  # `wav` or `mp3` (any container the server reads is taken)
+
+
+class InputAudio(msgspec.Struct, tag_field="type", tag="input_audio", kw_only=True):
+    """Audio, for an audio-language model."""
+
+    input_audio: InputAudioData
+
+
 class InputMessage(msgspec.Struct, kw_only=True):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputText | OutputTextInput | InputImage]
+    content: str | list[InputText | OutputTextInput | InputImage | InputAudio]
 
 
 class FunctionCallInput(msgspec.Struct, kw_only=True):

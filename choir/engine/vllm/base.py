@@ -48,7 +48,8 @@ class VllmBase(VllmOperator):
             raise SettingsError("--skip-tokenizer-init is not supported: Choir renders chat templates, tokenizes "
                                 "prompts and detokenizes outputs itself with the model's tokenizer.")
         self.vocab_size = tokenizer.max_token_id + 1
-        self.max_images = _max_images(engine)
+        self.max_images = _max_items(engine, "image")
+        self.max_audios = _max_items(engine, "audio")
         self._tokenize_params, self._chat_params = TokenizeParams, ChatParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
 
@@ -174,16 +175,17 @@ class VllmBase(VllmOperator):
         return self._engine.get_num_unfinished_requests()
 
 
-def _max_images(engine: Any) -> int:
-    """How many images one prompt may hold: 0 for a model without image input, else its --limit-mm-per-prompt."""
+def _max_items(engine: Any, modality: str) -> int:
+    """How many images (audios) one prompt may hold: 0 for a model without such input, else its
+    --limit-mm-per-prompt."""
     config = engine.model_config
     if not config.is_multimodal_model or config.multimodal_config is None:
         return 0
     try:  # --limit-mm-per-prompt, within what the model itself takes (vLLM's own bound)
         allowed = engine.renderer.get_mm_processor().info.allowed_mm_limits
     except Exception:  # a processor that cannot say: vLLM's limit alone decides
-        return int(config.multimodal_config.get_limit_per_prompt("image"))
-    return int(allowed.get("image", 0))
+        return int(config.multimodal_config.get_limit_per_prompt(modality))
+    return int(allowed.get(modality, 0))
 
 
 def _raised_in_media_code(exc: BaseException) -> bool:
