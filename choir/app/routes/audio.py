@@ -13,6 +13,7 @@ from choir.app.request_log import annotate
 from choir.app.routes.disconnect import unless_disconnected
 from choir.app.routes.multipart import multipart_form
 from choir.app.routes.replies import sse_response
+from choir.app.serving.counts import TokenCounts
 from choir.app.serving.speech import plan_speech, run_chunks, stream_chunks
 from choir.app.serving.speech_formats import MEDIA_TYPES, answer, event_frames
 from choir.core.errors import bad_request
@@ -81,12 +82,16 @@ async def _serve(request: Request, pipeline: PipelineDependency, task: Task) -> 
     request_id = f"{task}-{base_id}"
     annotate(request.scope, response_id=request_id)
     plan = await plan_speech(pipeline, form, data, task, request_id)
+    counts = TokenCounts(prompt_tokens=plan.prompt_tokens)  # for the request's log line
+    annotate(request.scope, tokens=counts)
     if form.stream:
-        return await sse_response(event_frames(plan, stream_chunks(pipeline, plan, request_id)), base_id,
+        return await sse_response(event_frames(plan, stream_chunks(pipeline, plan, request_id), counts), base_id,
                                   request_id)
 
     async def whole() -> Response:
-        body = answer(plan, await run_chunks(pipeline, plan, request_id))
+        results = await run_chunks(pipeline, plan, request_id)
+        counts.completion_tokens = sum(len(result.token_ids) for result in results)
+        body = answer(plan, results)
         return Response(body, media_type=MEDIA_TYPES[form.response_format], headers={HEADER: base_id})
 
     return await unless_disconnected(request.receive, whole())

@@ -38,6 +38,11 @@ class SpeechPlan:
         return self.form.response_format in SEGMENT_FORMATS
 
     @property
+    def prompt_tokens(self) -> int:
+        """The decoder prompts' tokens and the audio's, as vLLM counts a transcription's prompt."""
+        return sum(len(prompt.token_ids) for prompt in self.prompts) + self.speech.audio_tokens(self.audio.seconds)
+
+    @property
     def separator(self) -> str:
         """Between the chunks' (and segments') texts, as vLLM joins them."""
         return "" if self.language and self.language in self.speech.no_space_languages else " "

@@ -7,6 +7,7 @@ from contextlib import aclosing
 
 import msgspec
 
+from choir.app.serving.counts import TokenCounts
 from choir.app.serving.speech import ChunkResult, SpeechPlan
 from choir.app.serving.streaming import data_frame
 from choir.core.protocol.audio import (
@@ -90,8 +91,8 @@ def _subtitles(segments: list[TranscriptionSegment], srt: bool) -> str:
     return "\n".join(cues) if srt else "WEBVTT\n\n" + "\n".join(cues)
 
 
-async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, int], None]) \
-        -> AsyncGenerator[bytes, None]:
+async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, int], None],
+                       counts: TokenCounts) -> AsyncGenerator[bytes, None]:
     """OpenAI's transcript events: `transcript.text.delta` per piece of text, then `transcript.text.done` with
     the whole text and its token usage (the audio's tokens counted as vLLM counts them)."""
     texts: list[str] = []
@@ -106,7 +107,8 @@ async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, 
             if text:
                 texts.append(text)
                 yield data_frame(msgspec.json.encode(TranscriptDelta(delta=text)))
-    prompt_tokens = sum(len(prompt.token_ids) for prompt in plan.prompts) + plan.speech.audio_tokens(plan.audio.seconds)
+    counts.completion_tokens = completion_tokens
+    prompt_tokens = plan.prompt_tokens
     usage = AudioTokens(input_tokens=prompt_tokens, output_tokens=completion_tokens,
                         total_tokens=prompt_tokens + completion_tokens)
     yield data_frame(msgspec.json.encode(TranscriptDone(text=plan.speech.clean("".join(texts)), usage=usage)))
