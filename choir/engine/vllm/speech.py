@@ -22,6 +22,8 @@ class VllmSpeech:
         from vllm.model_executor.model_loader import get_model_cls
         from vllm.model_executor.models.interfaces import supports_transcription
 
+        if not engine.model_config.is_multimodal_model:  # a text model: no need to ask its class
+            return None
         model_cls = get_model_cls(engine.model_config)
         return cls(engine, model_cls) if supports_transcription(model_cls) else None
 
