@@ -9,11 +9,7 @@ an error its `param`, `type` and message.
     .venv/bin/python -m conformance.audio [--out FILE]
 """
 
-import io
 import json
-import math
-import struct
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +18,7 @@ import httpx
 from choir.core.settings import BUNDLED_SPEECH_DIR, Settings
 from conformance import side_by_side
 from conformance.images import error_facts, quoted
+from tests.audio_files import encoded, wav
 from tests.integration.server import Server, start_server, start_vllm_server
 
 MODEL = "choir-tiny-whisper"
@@ -29,25 +26,8 @@ TIMEOUT = 120
 TRANSCRIBE, TRANSLATE = "/v1/audio/transcriptions", "/v1/audio/translations"
 
 
-def wav(seconds: float, rate: int = 16000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
-                                 for i in range(int(seconds * rate))))
-    return buffer.getvalue()
-
-
 def flac(seconds: float) -> bytes:
-    import numpy as np
-    import soundfile
-
-    buffer = io.BytesIO()
-    soundfile.write(buffer, (0.25 * np.sin(np.arange(int(seconds * 16000)) / 6)).astype(np.float32), 16000,
-                    format="FLAC")
-    return buffer.getvalue()
+    return encoded(seconds, "FLAC")
 
 
 THREE = wav(3)

@@ -7,10 +7,8 @@ import asyncio
 import io
 import json
 import math
-import struct
 import threading
 import time
-import wave
 from typing import Any
 
 import pytest
@@ -20,21 +18,12 @@ from choir.app.asgi import create_app
 from choir.core.settings import Settings
 from choir.engine.prompt import Prompt
 from choir.engine.speech import Audio, Segment, Task
+from tests.audio_files import wav
 from tests.fakes import FakeEngine, encode, fake_engine_factory
 from tests.test_errors import error_of
 
 PATH = "/v1/audio/transcriptions"
 WINDOW = 5.0
-
-
-def wav(seconds: float, rate: int = 16000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(i / 8))) for i in range(int(seconds * rate))))
-    return buffer.getvalue()
 
 
 class FakeSpeech:

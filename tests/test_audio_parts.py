@@ -9,8 +9,8 @@ from litestar.testing import TestClient
 
 from choir.app.asgi import create_app
 from choir.core.settings import Settings
+from tests.audio_files import wav
 from tests.fakes import FakeEngine, fake_engine_factory
-from tests.test_audio import wav
 from tests.test_errors import error_of
 
 WAV = base64.b64encode(wav(1)).decode()

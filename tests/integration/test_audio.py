@@ -3,11 +3,7 @@ processor) behind Choir, through the OpenAI SDK: every response format, a stream
 the model's window split into engine requests, the containers soundfile and FFmpeg read, and the checks before
 decoding; the text model's server refuses audio. docs/api/audio.md's example runs here."""
 
-import io
-import math
 import re
-import struct
-import wave
 from pathlib import Path
 
 import httpx
@@ -15,6 +11,7 @@ import openai
 import pytest
 
 from choir.core.settings import BUNDLED_SPEECH_DIR
+from tests.audio_files import encoded, wav
 from tests.integration.server import start_server
 
 pytestmark = pytest.mark.engine
@@ -22,43 +19,6 @@ pytestmark = pytest.mark.engine
 MAX_SECONDS = 30
 MAX_BYTES = 2_000_000
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-
-
-def samples(seconds: float, rate: int = 16000, hz: float = 440.0) -> list[float]:
-    return [0.25 * math.sin(2 * math.pi * hz * i / rate) for i in range(int(seconds * rate))]
-
-
-def wav(seconds: float, rate: int = 16000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"".join(struct.pack("<h", int(32767 * s)) for s in samples(seconds, rate)))
-    return buffer.getvalue()
-
-
-def encoded(seconds: float, container: str) -> bytes:
-    """FLAC and OGG through soundfile; M4A (AAC in MP4) through PyAV."""
-    import numpy as np
-    import soundfile
-
-    data = np.array(samples(seconds), dtype=np.float32)
-    buffer = io.BytesIO()
-    if container in ("FLAC", "OGG"):
-        soundfile.write(buffer, data, 16000, format=container)
-        return buffer.getvalue()
-    import av
-
-    with av.open(buffer, "w", format="mp4") as out:
-        stream = out.add_stream("aac", rate=16000, layout="mono")
-        frame = av.AudioFrame.from_ndarray(data.reshape(1, -1), format="flt", layout="mono")
-        frame.sample_rate = 16000
-        for packet in stream.encode(frame):
-            out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import openai
 import pytest
 
 from choir.core.settings import BUNDLED_AUDIO_DIR
+from tests.audio_files import encoded, wav
 from tests.integration.server import start_server
-from tests.integration.test_audio import encoded, wav
 
 pytestmark = pytest.mark.engine
 
