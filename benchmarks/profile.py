@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.frontends import RESULTS, start, stop
+from benchmarks.frontends import RESULTS, _cpu_seconds, start, stop
 from benchmarks.load import Scenario, run_scenario
 
 
@@ -32,6 +32,66 @@ def _package(frame: str) -> str:
     path = frame.partition(" (")[2].rsplit(":", 1)[0]
     top = path.split("/")[0] if "/" in path else "stdlib"
     return "choir" if top in ("app", "plugins") else top
+
+
+# Each sample goes to the stage of its innermost frame that one of these names (checked leaf to root, in order
+# per frame): the request's path through the front end, issue #40's stages. A frame is py-spy's
+# "function (path:line)"; a rule is (stage, substrings of the path, function names or None for any).
+STAGES: list[tuple[str, tuple[str, ...], tuple[str, ...] | None]] = [
+    ("scripted engine (null contestant only)", ("fakes.py",), None),
+    ("metrics", ("prometheus_client/", "choir/plugins/metrics.py", "plugins/metrics.py"), None),
+    ("request log", ("choir/app/request_log.py", "app/request_log.py", "structlog/"), None),
+    ("auth", ("plugins/auth.py",), None),
+    ("body read, decode and depth scan", ("app/requests.py",), None),
+    ("validation and compat rules", ("core/compat.py", "core/protocol/", "app/routes/begin.py"), None),
+    # vLLM's renderer and Choir's calls into it (the tokenizer's own frames, which the detokenizer shares, are
+    # not a stage: a sample in them goes to whoever called them)
+    ("render (chat template, tokenizer)", ("vllm/renderers/", "vllm/entrypoints/chat_utils", "engine/vllm/base.py",
+                                           "plugins/media.py", "jinja2/"), None),
+    ("engine output processing", ("vllm/v1/engine/output_processor.py", "vllm/v1/engine/detokenizer.py",
+                                  "vllm/v1/engine/logprobs.py", "vllm/v1/metrics/", "vllm/outputs.py"), None),
+    ("engine hand-off (input, ZMQ)", ("vllm/v1/engine/", "zmq/", "vllm/sampling_params.py",
+                                      "engine/vllm/sampling.py", "engine/vllm/engine.py"), None),
+    ("SSE framing", ("app/serving/streaming.py", "app/routes/event_stream.py", "app/routes/replies.py"), None),
+    ("output assembly (aggregation, chunks)", ("plugins/aggregation.py", "app/serving/chat_output.py",
+                                               "app/serving/completions.py", "app/serving/logprobs.py",
+                                               "app/serving/tool_stream.py"), None),
+    ("planning (sampling, fan-out)", ("app/serving/", "plugins/fanout.py", "plugins/pipeline.py",
+                                      "app/routes/"), None),
+    ("HTTP (uvicorn: parse, socket writes)", ("uvicorn/", "httptools/", "h11/"), None),
+    ("Litestar (routing, DI, responses)", ("litestar/",), None),
+    ("asyncio and the event loop", ("asyncio/", "selectors.py"), None),
+]
+
+
+def stage_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        function, _, where = frame.partition(" (")
+        for stage, paths, functions in STAGES:
+            if any(path in where for path in paths) and (functions is None or function in functions):
+                return stage
+    return "other"
+
+
+def stages(raw: Path) -> collections.Counter[str]:
+    counted: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if stack:
+            counted[stage_of(stack.split(";"))] += int(count_text)
+    return counted
+
+
+def stage_table(raw: Path, cpu_ms: float | None) -> str:
+    """Each stage's share of the GIL-holding samples and, with the server's CPU per request, its milliseconds."""
+    counted = stages(raw)
+    samples = sum(counted.values()) or 1
+    lines = ["\nby stage:"]
+    for stage, count in counted.most_common():
+        share = count / samples
+        ms = f"  {share * cpu_ms:6.3f} ms" if cpu_ms is not None else ""
+        lines.append(f"{100 * share:6.1f}%{ms}  {stage}")
+    return "\n".join(lines)
 
 
 def summarize(raw: Path, top: int) -> str:
@@ -87,14 +147,18 @@ def main() -> None:
         spy = subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--gil", *mode,
                                 "--rate", "1000", "--format", "raw", "--output", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        began = _cpu_seconds(server.pid)
         result = asyncio.run(run_scenario(server.base_url, scenario))
+        cpu_ms = 1000 * (_cpu_seconds(server.pid) - began) / max(1, args.requests)
         spy.send_signal(signal.SIGINT)
         if spy.wait(60) not in (0, -signal.SIGINT) or not raw.exists():
             raise SystemExit(f"py-spy failed (exit {spy.returncode})")
     finally:
         stop(server)
     print(f"{scenario.label}: {result['requests_per_s']:.1f} req/s, {result['errors']} errors")
+    print(f"server CPU per request: {cpu_ms:.3f} ms (py-spy's own sampling included)")
     print(summarize(raw, args.top))
+    print(stage_table(raw, cpu_ms))
     print(f"raw stacks: {raw}")
 
 

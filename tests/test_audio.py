@@ -67,18 +67,21 @@ class FakeSpeech:
         return [Prompt(token_ids=encode(f"{prompt}|{task}|{language}"), text=f"{chunk} {task} {language}",
                        engine_input=None) for chunk in audio.chunks]
 
-    def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
+    async def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
         return Prompt(token_ids=[1], text="probe", engine_input=None), [7, 8]
 
     def language_of(self, token_ids: list[int]) -> str:
         return "de"
 
     def segments(self, token_ids: list[int], logprobs: list[float], offset: float) -> list[Segment]:
-        return [Segment(start=offset, end=offset + 1.25, text=f" seg{int(offset)}", tokens=token_ids[:2],
+        return [Segment(start=offset + 0.5, end=offset + 1.25, text=f" seg{int(offset)}", tokens=token_ids[:2],
                         avg_logprob=sum(logprobs) / len(logprobs), compression_ratio=1.0)]
 
     def clean(self, text: str) -> str:
         return text
+
+    def stream_cleaner(self) -> Any:
+        return lambda text, finished: text.upper() if finished else text  # marks what went through it
 
     def audio_tokens(self, seconds: float) -> int:
         return math.ceil(seconds * 10)
@@ -143,8 +146,9 @@ def test_verbose_json_has_the_segments_and_text_has_a_line(client, engine):
     assert verbose["task"] == "transcribe" and verbose["language"] == "english" and verbose["duration"] == 7.0
     assert verbose["text"] == " seg0 seg5" and verbose["usage"] == {"type": "duration", "seconds": 7}
     first, second = verbose["segments"]
-    assert first["id"] == 0 and first["start"] == 0 and first["end"] == 1.25 and first["temperature"] == 0.5
-    assert second["id"] == 1 and second["start"] == 5.0 and second["seek"] == 5 and second["avg_logprob"] == -0.5
+    assert first["id"] == 0 and first["start"] == 0.5 and first["end"] == 1.25 and first["temperature"] == 0.5
+    assert first["seek"] == 0  # where its chunk starts
+    assert second["id"] == 1 and second["start"] == 5.5 and second["seek"] == 5 and second["avg_logprob"] == -0.5
     assert all(call.sampling.logprobs == 0 for call in engine.calls)  # the segments' logprobs
     text = post(client, language="en", response_format="text")
     assert text.headers["content-type"].startswith("text/plain") and text.text == " chunk0 said hi\n"
@@ -153,9 +157,9 @@ def test_verbose_json_has_the_segments_and_text_has_a_line(client, engine):
 def test_srt_and_vtt_are_subtitles_of_the_segments(client):
     srt = post(client, wav(7), language="en", response_format="srt")
     assert srt.headers["content-type"].startswith("text/plain")
-    assert srt.text == "1\n00:00:00,000 --> 00:00:01,250\nseg0\n\n2\n00:00:05,000 --> 00:00:06,250\nseg5\n"
+    assert srt.text == "1\n00:00:00,500 --> 00:00:01,250\nseg0\n\n2\n00:00:05,500 --> 00:00:06,250\nseg5\n"
     vtt = post(client, wav(7), language="en", response_format="vtt")
-    assert vtt.text == "WEBVTT\n\n00:00:00.000 --> 00:00:01.250\nseg0\n\n00:00:05.000 --> 00:00:06.250\nseg5\n"
+    assert vtt.text == "WEBVTT\n\n00:00:00.500 --> 00:00:01.250\nseg0\n\n00:00:05.500 --> 00:00:06.250\nseg5\n"
 
 
 def test_a_translation_has_no_usage_and_runs_the_translate_task(client, engine):
@@ -181,7 +185,8 @@ def test_a_stream_is_openais_transcript_events(client, engine):
     got = events(answer)
     assert got[-1] == "[DONE]"
     deltas = [e["delta"] for e in got if isinstance(e, dict) and e["type"] == "transcript.text.delta"]
-    assert deltas == [" chunk0", " said", " hi", " chunk1", " said", " hi"]
+    # each chunk's last piece went through the model's streaming post-processor (the fake's: upper case)
+    assert deltas == [" chunk0", " said", " HI", " chunk1", " said", " HI"]
     done = got[-2]
     assert done["type"] == "transcript.text.done" and done["text"] == "".join(deltas)
     prompt_tokens = sum(len(call.prompt.token_ids) for call in engine.calls) + 70  # + 7 s of audio tokens
@@ -287,3 +292,35 @@ def test_the_form_itself_is_checked(client):
     file_field = client.post(PATH, files=[("file", ("a.wav", wav(1))), ("language", ("x.txt", b"en"))])
     assert "text field" in error_of(file_field, 400, "language")
     assert client.post(PATH, json={"model": "fake-model"}).status_code == 415
+
+
+def test_a_stream_puts_one_separator_between_chunks_whatever_their_first_pieces():
+    pieces = {"chunk0": ["a", "b"], "chunk1": ["", "c", "d"]}  # no leading spaces; chunk 1 starts empty
+    engine = FakeEngine(max_model_len=256, speech=FakeSpeech(),
+                        script=lambda prompt, params: pieces[prompt.split()[0]])
+    with make_client(engine=engine) as client:
+        got = events(post(client, wav(7), language="en", stream="true"))
+        assert got[-2]["text"] == "aB cD"
+    with make_client(engine=engine) as client:
+        assert events(post(client, wav(7), language="ja", stream="true"))[-2]["text"] == "aBcD"
+
+
+def test_one_chunk_refused_stops_the_others():
+    def script(prompt: str, params: Any) -> list[str]:
+        if prompt.startswith("chunk1"):
+            from choir.core.errors import EngineRejected
+
+            raise EngineRejected("refused for the test", "file")
+        return ["x"] * 50
+
+    engine = FakeEngine(max_model_len=256, speech=FakeSpeech(), script=script, delay=0.01)
+    with make_client(engine=engine) as client:
+        assert "refused for the test" in error_of(post(client, wav(12), language="en"), 400, "file")
+    assert engine.running == set() and len(engine.aborted) == 2  # chunks 0 and 2, stopped mid-way
+
+
+def test_a_text_field_in_a_bad_encoding_is_a_400(client):
+    body = (b'--b\r\nContent-Disposition: form-data; name="language"\r\n\r\n\xff\xfe\r\n'
+            b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n')
+    answer = client.post(PATH, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
+    assert "UTF-8" in error_of(answer, 400)

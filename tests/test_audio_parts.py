@@ -95,3 +95,9 @@ def test_audio_over_the_limits_is_refused_before_rendering():
         assert "CHOIR_MAX_AUDIO_SECONDS" in error_of(client.post("/v1/chat/completions", json=chat(audio(long))),
                                                      400, "messages[0].content[1]")
         assert engine.conversations == []
+
+
+def test_a_format_that_is_not_a_word_is_refused(served):
+    client, engine = served
+    answer = client.post("/v1/chat/completions", json=chat(audio(fmt="a,b")))
+    error_of(answer, 400, "messages[0].content[1].input_audio.format")

@@ -3,6 +3,7 @@ on /v1/audio/transcriptions): the seam's side of it. `VllmSpeech` (choir/engine/
 with the model class's own prompts, chunking and post-processing; the serving side (choir/app/serving/speech.py)
 reads the form, checks the audio, generates and writes the answer."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -50,7 +51,7 @@ class Speech(Protocol):
         """One prompt per chunk. ValueError naming what the model refuses (a language, a prompt too long)."""
         ...
 
-    def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
+    async def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
         """A prompt whose one generated token, among the allowed ids, is the spoken language."""
         ...
 
@@ -62,6 +63,11 @@ class Speech(Protocol):
 
     def clean(self, text: str) -> str:
         """One chunk's text as the model's own post-processing leaves it."""
+        ...
+
+    def stream_cleaner(self) -> Callable[[str, bool], str]:
+        """For one chunk's stream: (text added, finished) → the text to send, as the model's streaming
+        post-processor leaves it."""
         ...
 
     def audio_tokens(self, seconds: float) -> int:

@@ -55,14 +55,13 @@ def test_a_transcription_in_every_format(sdk):
     verbose = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en",
                                               response_format="verbose_json", timestamp_granularities=["segment"])
     assert verbose.language == "english" and verbose.duration == 3.0 and verbose.task == "transcribe"
-    assert verbose.text == " ".join(s.text.strip() for s in verbose.segments) or \
-        verbose.text == "".join(s.text for s in verbose.segments) or not verbose.segments
-    for segment in verbose.segments:
-        assert 0 <= segment.start <= segment.end and segment.tokens
+    # The tiny Whisper writes no two timestamps in a row here (its timestamps are rare by design), so no segment
+    # closes: no text, no cues, as vLLM's server answers too (docs/api/audio.md's table). Timestamps read into
+    # segments: tests/test_speech_segments.py (the same code, scripted tokens).
+    assert verbose.segments == [] and verbose.text == ""
     srt = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", response_format="srt")
     vtt = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), language="en", response_format="vtt")
-    assert isinstance(srt, str) and vtt.startswith("WEBVTT")
-    assert srt.count(" --> ") == vtt.count(" --> ") == len(verbose.segments)
+    assert srt == "" and vtt == "WEBVTT\n\n"
 
 
 def test_without_a_language_whisper_detects_one(sdk):
@@ -76,10 +75,17 @@ def test_a_stream_is_delta_events_then_done(sdk):
     deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
     done = events[-1]
     assert deltas and done.type == "transcript.text.done" and done.text == "".join(deltas)
-    assert done.usage.output_tokens > 0 and done.usage.input_tokens > done.usage.output_tokens // 10
+    # 4 decoder prompt tokens and 300 for the audio (its mel frames: 3 s at 100 a second), as vLLM counts them
+    assert done.usage.input_tokens == 304 and done.usage.output_tokens > 0
     whole = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(3)), language="en",
                                             extra_body={"seed": 3})
     assert done.text == whole.text
+    # three chunks: the same text streamed as answered whole, joined the same way
+    events = list(sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(12)), language="en",
+                                                  extra_body={"seed": 3}, stream=True))
+    whole = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(12)), language="en",
+                                            extra_body={"seed": 3})
+    assert events[-1].text == whole.text
 
 
 def test_a_translation(sdk):

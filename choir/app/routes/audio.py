@@ -15,7 +15,8 @@ from choir.app.routes.multipart import multipart_form
 from choir.app.routes.replies import sse_response
 from choir.app.serving.counts import TokenCounts
 from choir.app.serving.speech import plan_speech, run_chunks, stream_chunks
-from choir.app.serving.speech_formats import MEDIA_TYPES, answer, event_frames
+from choir.app.serving.speech_formats import MEDIA_TYPES, event_frames
+from choir.app.serving.speech_formats import answer as answer_body
 from choir.core.errors import bad_request
 from choir.core.protocol.audio import TranscriptionForm
 from choir.engine.speech import Task
@@ -81,20 +82,21 @@ async def _serve(request: Request, pipeline: PipelineDependency, task: Task) -> 
     base_id = request_base_id(request, form.request_id)
     request_id = f"{task}-{base_id}"
     annotate(request.scope, response_id=request_id)
-    plan = await plan_speech(pipeline, form, data, task, request_id)
-    counts = TokenCounts(prompt_tokens=plan.prompt_tokens)  # for the request's log line
-    annotate(request.scope, tokens=counts)
-    if form.stream:
-        return await sse_response(event_frames(plan, stream_chunks(pipeline, plan, request_id), counts), base_id,
-                                  request_id)
 
-    async def whole() -> Response:
+    async def answer() -> Response:
+        """Planned (decoding, language detection) and answered while the client waits: one that leaves stops it."""
+        plan = await plan_speech(pipeline, form, data, task, request_id)
+        counts = TokenCounts(prompt_tokens=plan.prompt_tokens)  # for the request's log line
+        annotate(request.scope, tokens=counts)
+        if form.stream:
+            return await sse_response(event_frames(plan, stream_chunks(pipeline, plan, request_id), counts),
+                                      base_id, request_id)
         results = await run_chunks(pipeline, plan, request_id)
         counts.completion_tokens = sum(len(result.token_ids) for result in results)
-        body = answer(plan, results)
-        return Response(body, media_type=MEDIA_TYPES[form.response_format], headers={HEADER: base_id})
+        return Response(answer_body(plan, results), media_type=MEDIA_TYPES[form.response_format],
+                        headers={HEADER: base_id})
 
-    return await unless_disconnected(request.receive, whole())
+    return await unless_disconnected(request.receive, answer())
 
 
 @operation("createTranscription")

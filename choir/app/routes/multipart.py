@@ -39,6 +39,9 @@ async def multipart_form(request: Request, max_file_bytes: int, too_large: APIEr
     try:
         form = await parse_multipart_form(_bounded(request, max_file_bytes + OVERHEAD, too_large), boundary.encode(),
                                           multipart_form_part_limit=max_parts)
+    except (UnicodeDecodeError, LookupError):  # a text part in invalid UTF-8, or in a charset Python lacks
+        raise bad_request("A text field of the multipart body is not valid UTF-8 (or names an unknown charset).") \
+            from None
     except ClientException as exc:
         if exc.status_code == 413:
             raise

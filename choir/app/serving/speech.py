@@ -134,7 +134,7 @@ def _decode(speech: Speech, max_seconds: float, data: bytes) -> Audio:
 
 async def _detect(engine: Engine, speech: Speech, audio: Audio, request_id: str) -> str:
     """The model's language token for the first chunk, among the languages alone (vLLM's detection)."""
-    prompt, allowed = speech.language_probe(audio)
+    prompt, allowed = await speech.language_probe(audio)
     params = Sampling(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)
     token_ids: list[int] = []
     async for output in engine.generate(prompt, params, request_id):
@@ -163,21 +163,27 @@ async def run_chunks(pipeline: Pipeline, plan: SpeechPlan, request_id: str) -> l
             segments = plan.speech.segments(token_ids, logprobs, plan.audio.offsets[index])
         return ChunkResult(plan.speech.clean(completion.text), token_ids, len(prompt.token_ids), segments)
 
-    return list(await asyncio.gather(*(one(i, prompt, chunk_id) for i, (prompt, chunk_id)
-                                       in enumerate(zip(plan.prompts, _ids(plan, request_id), strict=True)))))
+    try:
+        async with asyncio.TaskGroup() as group:  # one chunk failing stops the others (aborted in the engine)
+            tasks = [group.create_task(one(i, prompt, chunk_id))
+                     for i, (prompt, chunk_id) in enumerate(zip(plan.prompts, _ids(plan, request_id), strict=True))]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 async def stream_chunks(pipeline: Pipeline, plan: SpeechPlan,
                         request_id: str) -> AsyncGenerator[tuple[int, str, int], None]:
-    """(chunk, text added, tokens added) as the engine writes them: every chunk's request runs at once, the
-    chunks' texts come in order. Closing this aborts them all."""
-    queues: list[asyncio.Queue[tuple[str, int] | None]] = [asyncio.Queue() for _ in plan.prompts]
+    """(chunk, text added, tokens added) as the engine writes them, the text through the model's streaming
+    post-processor (a new one per chunk): every chunk's request runs at once, the chunks' texts come in order.
+    Closing this aborts them all."""
+    queues: list[asyncio.Queue[tuple[str, int, bool] | None]] = [asyncio.Queue() for _ in plan.prompts]
 
-    async def feed(prompt: Prompt, chunk_id: str, queue: asyncio.Queue[tuple[str, int] | None]) -> None:
+    async def feed(prompt: Prompt, chunk_id: str, queue: asyncio.Queue[tuple[str, int, bool] | None]) -> None:
         try:
             async for output in pipeline.engine.generate(prompt, plan.sampling, chunk_id, plan.options):
                 completion = output.outputs[0]
-                queue.put_nowait((completion.text, len(completion.token_ids)))
+                queue.put_nowait((completion.text, len(completion.token_ids), completion.finish_reason is not None))
         finally:
             queue.put_nowait(None)
 
@@ -185,8 +191,9 @@ async def stream_chunks(pipeline: Pipeline, plan: SpeechPlan,
              for prompt, chunk_id, queue in zip(plan.prompts, _ids(plan, request_id), queues, strict=True)]
     try:
         for index, (task, queue) in enumerate(zip(tasks, queues, strict=True)):
+            cleaner = plan.speech.stream_cleaner()
             while (item := await queue.get()) is not None:
-                yield index, item[0], item[1]
+                yield index, cleaner(item[0], item[2]), item[1]
             await task  # its error, if it failed
     finally:
         for task in tasks:

@@ -28,7 +28,8 @@ MEDIA_TYPES = {"json": "application/json", "verbose_json": "application/json", "
 def answer(plan: SpeechPlan, results: list[ChunkResult]) -> bytes:
     """The body, of MEDIA_TYPES[plan.form.response_format]."""
     fmt = plan.form.response_format
-    segments = [_wire(i, segment, plan) for i, segment in enumerate(s for r in results for s in r.segments)]
+    segments = [_wire(i, segment, plan, offset) for i, (segment, offset) in enumerate(
+        (s, plan.audio.offsets[chunk]) for chunk, r in enumerate(results) for s in r.segments)]
     parts = [segment.text for segment in segments] if plan.segmented else [result.text for result in results]
     text = joined(parts, plan.separator)
     if fmt == "text":
@@ -66,9 +67,10 @@ def _language_name(plan: SpeechPlan) -> str:
     return plan.speech.languages.get(code, code).lower() if code else "unknown"
 
 
-def _wire(index: int, segment: Segment, plan: SpeechPlan) -> TranscriptionSegment:
+def _wire(index: int, segment: Segment, plan: SpeechPlan, offset: float) -> TranscriptionSegment:
+    """`seek`: where the segment's chunk starts, in seconds (vLLM's reading of Whisper's field)."""
     return TranscriptionSegment(
-        id=index, seek=int(segment.start), start=round(segment.start, 3), end=round(segment.end, 3),
+        id=index, seek=int(offset), start=round(segment.start, 3), end=round(segment.end, 3),
         text=segment.text, tokens=segment.tokens, temperature=plan.form.temperature,
         avg_logprob=segment.avg_logprob, compression_ratio=segment.compression_ratio)
 
@@ -86,7 +88,7 @@ def _subtitles(segments: list[TranscriptionSegment], srt: bool) -> str:
     cues = []
     for number, segment in enumerate(segments, start=1):
         timing = f"{_timestamp(segment.start, srt)} --> {_timestamp(segment.end, srt)}"
-        text = segment.text.strip().replace("\n\n", "\n")
+        text = "\n".join(line for line in segment.text.strip().splitlines() if line.strip())  # a blank line ends a cue
         cues.append(f"{number}\n{timing}\n{text}\n" if srt else f"{timing}\n{text}\n")
     return "\n".join(cues) if srt else "WEBVTT\n\n" + "\n".join(cues)
 
@@ -96,14 +98,16 @@ async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, 
     """OpenAI's transcript events: `transcript.text.delta` per piece of text, then `transcript.text.done` with
     the whole text and its token usage (the audio's tokens counted as vLLM counts them)."""
     texts: list[str] = []
-    current, completion_tokens = -1, 0
+    current, completion_tokens, pending = 0, 0, False  # pending: a chunk began, its first text needs the separator
     async with aclosing(deltas):
         async for index, text, tokens in deltas:
             completion_tokens += tokens
             if index != current:
-                current = index
-                if index > 0 and text:
-                    text = plan.separator + text.lstrip() if plan.separator else text
+                current, pending = index, True
+            if pending and text:
+                pending = False
+                if plan.separator and texts:
+                    text = plan.separator + text.lstrip() if not texts[-1].endswith(plan.separator) else text.lstrip()
             if text:
                 texts.append(text)
                 yield data_frame(msgspec.json.encode(TranscriptDelta(delta=text)))
@@ -111,5 +115,5 @@ async def event_frames(plan: SpeechPlan, deltas: AsyncGenerator[tuple[int, str, 
     prompt_tokens = plan.prompt_tokens
     usage = AudioTokens(input_tokens=prompt_tokens, output_tokens=completion_tokens,
                         total_tokens=prompt_tokens + completion_tokens)
-    yield data_frame(msgspec.json.encode(TranscriptDone(text=plan.speech.clean("".join(texts)), usage=usage)))
+    yield data_frame(msgspec.json.encode(TranscriptDone(text="".join(texts), usage=usage)))
 

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from choir.core.protocol.common import Seed
+
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 
 
@@ -23,7 +25,7 @@ class TranscriptionForm(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     chunking_strategy: str | None = None  # "auto": the model's own window (the one Choir serves)
     include: list[Literal["logprobs"]] = msgspec.field(default_factory=list, name="include[]")
     # vLLM's sampling extras (its TranscriptionRequest's)
-    seed: int | None = None
+    seed: Seed | None = None
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None

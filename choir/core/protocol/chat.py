@@ -25,7 +25,9 @@ class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
 
 class InputAudio(msgspec.Struct, kw_only=True):
     data: str  # base64 of the file
-    format: str  # OpenAI's `wav` or `mp3`; any container the server reads is taken (choir/plugins/audio.py)
+    # OpenAI's `wav` or `mp3`; any container the server reads is taken (choir/plugins/audio.py). vLLM writes it
+    # into a data URL's media type: a word.
+    format: Annotated[str, Meta(pattern=r"^[A-Za-z0-9.+-]{1,16}$")]
 
 
 class InputAudioPart(msgspec.Struct, tag_field="type", tag="input_audio"):

@@ -29,7 +29,7 @@ class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=Tr
 
 class InputAudioData(msgspec.Struct, kw_only=True):
     data: str  # base64 of the file
-    format: str  # `wav` or `mp3` (any container the server reads is taken)
+    format: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9.+-]{1,16}$")]  # `wav`, `mp3`, ...: a word
 
 
 class InputAudio(msgspec.Struct, tag_field="type", tag="input_audio", kw_only=True):

@@ -134,10 +134,15 @@ class VllmBase(VllmOperator):
                                                              skip_mm_cache=options.skip_mm_cache)
         except Exception as exc:
             refused = rejection(exc)
+            in_media = media and _raised_in_media_code(exc)
+            if refused is None and in_media:  # a decoder's own error (libsndfile's on a damaged FLAC, ...)
+                refused = EngineRejected(f"{type(exc).__name__}: {exc}")
             if refused is None:
                 raise
-            if media and _raised_in_media_code(exc):
-                raise ImagesRejected(f"The images cannot be processed for the model: {refused.message}",
+            if in_media:
+                kind = "audio" if any(part.get("type") in ("input_audio", "audio_url") for m in messages
+                                      if isinstance(m.get("content"), list) for part in m["content"]) else "images"
+                raise ImagesRejected(f"The {kind} cannot be processed for the model: {refused.message}",
                                      "messages") from exc
             raise EngineRejected(f"The messages cannot be rendered with the model's chat template: "
                                  f"{refused.message}", "messages") from exc

@@ -4,12 +4,13 @@ language detection and its post-processing are the model's own, as vLLM's server
 
 import io
 import zlib
+from collections.abc import Callable
 from typing import Any, cast
 
 from choir.engine.protocol import EngineRejected, Prompt
 from choir.engine.speech import Audio, Segment, Task
 from choir.engine.vllm.base import prompt_of
-from choir.engine.vllm.errors import rejection
+from choir.engine.vllm.errors import rejection, reraise
 
 TIMESTAMP_SECONDS = 0.02  # Whisper's timestamp tokens: <|0.00|>, <|0.02|>, ...
 
@@ -102,12 +103,15 @@ class VllmSpeech:
                 from exc
         return [_prompt(engine_input) for engine_input in inputs]
 
-    def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
-        config = self._configs["transcribe"]
-        probe = self._cls.get_language_detection_prompt(audio.chunks[0], config)
+    async def language_probe(self, audio: Audio) -> tuple[Prompt, list[int]]:
         from vllm.renderers.inputs.preprocess import parse_model_prompt
 
-        engine_input = self._engine.renderer.render_cmpl([parse_model_prompt(self._model_config, probe)])[0]
+        probe = self._cls.get_language_detection_prompt(audio.chunks[0], self._configs["transcribe"])
+        try:  # the feature extractor runs over the window: in vLLM's renderer threads
+            (engine_input,) = await self._engine.renderer.render_cmpl_async(
+                [parse_model_prompt(self._model_config, probe)])
+        except Exception as exc:
+            reraise(exc)
         return _prompt(engine_input), list(self._cls.get_language_token_ids(self._tokenizer))
 
     def language_of(self, token_ids: list[int]) -> str:
@@ -147,6 +151,10 @@ class VllmSpeech:
 
     def clean(self, text: str) -> str:
         return cast(str, self._cls.post_process_output(text))
+
+    def stream_cleaner(self) -> Callable[[str, bool], str]:
+        processor = self._cls.get_streaming_post_processor_cls()()
+        return cast(Callable[[str, bool], str], processor.process_delta)
 
     def audio_tokens(self, seconds: float) -> int:
         counted = self._cls.get_num_audio_tokens(seconds, self._configs["transcribe"], self._model_config)

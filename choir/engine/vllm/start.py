@@ -39,7 +39,9 @@ def settle_after_startup() -> None:
 def engine_environment(settings: Settings) -> None:
     """vLLM reads its settings from the environment: Choir's defaults, under what .env says."""
     from_settings = {key: value for key, value in settings.environ.items() if key.startswith("VLLM_")}
-    for key, value in {**ENGINE_ENVIRONMENT, **from_settings}.items():
+    # vLLM's renderer decodes chat's audio parts itself: the same bound as Choir's (a file with no length in its header)
+    audio = {"VLLM_MAX_AUDIO_DECODE_DURATION_S": str(settings.max_audio_seconds)}
+    for key, value in {**ENGINE_ENVIRONMENT, **audio, **from_settings}.items():
         os.environ.setdefault(key, value)
 
 
