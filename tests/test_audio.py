@@ -324,3 +324,13 @@ def test_a_text_field_in_a_bad_encoding_is_a_400(client):
             b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n')
     answer = client.post(PATH, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
     assert "UTF-8" in error_of(answer, 400)
+
+
+def test_the_decoding_threads_end_with_the_app_and_start_again_with_it():
+    speech = FakeSpeech()
+    engine = FakeEngine(max_model_len=256, script=script, speech=speech)
+    app = create_app(Settings(served_model_name="fake-model", store_url=None), engine_factory=fake_engine_factory(engine))
+    for _ in range(2):  # the same app started twice (litestar run, a test client reopened)
+        with TestClient(app) as client:
+            assert post(client, language="en").status_code == 200
+        assert not any(thread.name.startswith("choir-audio") and thread.is_alive() for thread in threading.enumerate())

@@ -101,3 +101,12 @@ def test_a_format_that_is_not_a_word_is_refused(served):
     client, engine = served
     answer = client.post("/v1/chat/completions", json=chat(audio(fmt="a,b")))
     error_of(answer, 400, "messages[0].content[1].input_audio.format")
+
+
+def test_a_responses_audio_part_is_named_as_sent():
+    client, engine = make_client(max_audios=0)
+    with client:
+        answer = client.post("/v1/responses", json={"model": "fake-model", "store": False, "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Listen:"},
+                                         {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}]}]})
+        assert "takes no audio" in error_of(answer, 400, "input[0].content[1]")

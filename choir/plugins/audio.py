@@ -11,7 +11,7 @@ import asyncio
 import base64
 import binascii
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -72,11 +72,17 @@ class AudioPolicy:
     max_seconds: float = 600.0  # vLLM's VLLM_MAX_AUDIO_DECODE_DURATION_S
     decodes: int = 2
     _gate: asyncio.Semaphore = field(init=False, repr=False)
-    _threads: ThreadPoolExecutor = field(init=False, repr=False)
+    _threads: ThreadPoolExecutor | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_gate", asyncio.Semaphore(self.decodes))
-        object.__setattr__(self, "_threads", ThreadPoolExecutor(self.decodes, thread_name_prefix="choir-audio"))
+
+    def close(self) -> None:
+        """At the app's shutdown: its threads end (an app started again makes new ones)."""
+        threads = self._threads
+        object.__setattr__(self, "_threads", None)
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
 
     def too_large(self, param: str) -> AudioRefused:
         return AudioRefused(400, f"The audio is larger than this server takes ({self.max_bytes} bytes, "
@@ -98,7 +104,11 @@ class AudioPolicy:
     async def run(self, work: Callable[[bytes], T], data: bytes) -> T:
         """`work(data)` in one of the policy's threads, when one is free."""
         async with self._gate:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, work, data)
+            threads = self._threads
+            if threads is None:  # made on first use: an app that never decodes starts no thread
+                threads = ThreadPoolExecutor(self.decodes, thread_name_prefix="choir-audio")
+                object.__setattr__(self, "_threads", threads)
+            return await asyncio.get_running_loop().run_in_executor(threads, work, data)
 
     def refused(self, exc: ValueError, param: str) -> AudioRefused:
         """A decoder's refusal (vLLM's loader: too long once decoded, damaged data) as a 400 naming `param`."""
@@ -108,12 +118,16 @@ class AudioPolicy:
                                      "CHOIR_MAX_AUDIO_SECONDS).", param)
         return AudioRefused(400, f"The audio cannot be decoded: {reason}.", param)
 
-    async def prepare(self, messages: list[dict[str, Any]], max_audios: int) -> list[str]:
+    async def prepare(self, messages: list[dict[str, Any]], max_audios: int,
+                      names: Sequence[str] | None = None) -> list[str]:
         """Chat messages' audio parts checked before they are rendered, for a model that takes `max_audios` per
-        prompt (each a 400 naming its part); their names."""
+        prompt (each a 400 naming its part); their names. `names`: where each came from in another API's request
+        (Responses'), in the messages' order."""
         parts = [(part, f"messages[{i}].content[{j}]") for i, message in enumerate(messages)
                  if isinstance(message.get("content"), list)
                  for j, part in enumerate(message["content"]) if part.get("type") in AUDIO_PARTS]
+        if names is not None:
+            parts = [(part, name) for (part, _), name in zip(parts, names, strict=True)]
         for index, (_, name) in enumerate(parts):
             if max_audios == 0:
                 raise AudioRefused(400, HEARS_NOTHING, name)

@@ -97,4 +97,5 @@ class PipelinePlugin(InitPlugin):
                             state.get(parsers_key), defaults, media, audio, store_key)
 
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
+        app_config.on_shutdown.append(audio.close)  # its decoding threads
         return app_config

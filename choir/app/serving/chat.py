@@ -122,8 +122,9 @@ def template_kwargs(request: ChatCompletionRequest, tools: ToolPlan,
 
 
 async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response_id: str, created: int,
-                    image_names: list[str] | None = None) -> ChatJob:
-    """`image_names`: where the request's images came from, for a chat request translated from another API's."""
+                    image_names: list[str] | None = None, audio_names: list[str] | None = None) -> ChatJob:
+    """`image_names`, `audio_names`: where the request's images and audio parts came from, for a chat request
+    translated from another API's."""
     engine, fan_out, compat = pipeline.engine, pipeline.fan_out, pipeline.compat
     model = check_common(pipeline, request)
     candidates = best_of_candidates(request)
@@ -148,7 +149,7 @@ async def plan_chat(pipeline: Pipeline, request: ChatCompletionRequest, response
     if images or request.mm_processor_kwargs or request.media_io_kwargs:
         names = await pipeline.media.prepare(messages, engine.max_images, request.mm_processor_kwargs,
                                              request.media_io_kwargs, image_names)
-        names += await pipeline.audio.prepare(messages, engine.max_audios)
+        names += await pipeline.audio.prepare(messages, engine.max_audios, audio_names)
         prompt = await render_images(engine, messages, template, render, names)
     else:
         prompt = await engine.render_chat(messages, template, render)  # EngineRejected names `messages`

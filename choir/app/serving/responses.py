@@ -201,18 +201,20 @@ def _tool_output(where: str, output: str | list[ToolOutputPart]) -> str | list[d
     return _chat_parts(f"{where}.output", output)
 
 
-def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None) -> list[str]:
-    """Where each image of the chat messages came from, in their order: the stored history, then `input`."""
+def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None,
+                part_type: str = "input_image") -> list[str]:
+    """Where each image (`part_type`: or each audio part) of the chat messages came from, in their order: the
+    stored history, then `input`."""
     stored = "conversation" if request.conversation is not None else "previous_response_id"
-    names = [stored for item in history or () for _ in _images(item)]
+    names = [stored for item in history or () for _ in _images(item, part_type)]
     if not isinstance(request.input, str):
         names += [f"input[{i}].{field}[{j}]" for i, item in enumerate(request.input)
-                  for field, j in _images(item)]
+                  for field, j in _images(item, part_type)]
     return names
 
 
-def _images(item: Any) -> list[tuple[str, int]]:
-    """Where a message's (or a tool output's) images are: (its field, each one's index)."""
+def _images(item: Any, part_type: str = "input_image") -> list[tuple[str, int]]:
+    """Where a message's (or a tool output's) images (parts of `part_type`) are: (its field, each one's index)."""
     if not isinstance(item, dict):
         return []
     kind = item.get("type", "message")
@@ -220,7 +222,7 @@ def _images(item: Any) -> list[tuple[str, int]]:
     parts = item.get(field) if field is not None else None
     if field is None or not isinstance(parts, list):
         return []
-    return [(field, j) for j, part in enumerate(parts) if isinstance(part, dict) and part.get("type") == "input_image"]
+    return [(field, j) for j, part in enumerate(parts) if isinstance(part, dict) and part.get("type") == part_type]
 
 
 async def plan_response(pipeline: Pipeline, request: ResponsesRequest, response_id: str, created: int,
@@ -251,7 +253,8 @@ async def _plan_fitting(pipeline: Pipeline, request: ResponsesRequest, history: 
                         response_id: str, created: int) -> ChatJob:
     """Planned; under `truncation: "auto"` a history fits only if it leaves room for `max_output_tokens` too, as
     OpenAI reserves the output before it cuts (else a cut history could leave room for one token)."""
-    job = await plan_chat(pipeline, to_chat(request, history), response_id, created, image_names(request, history))
+    job = await plan_chat(pipeline, to_chat(request, history), response_id, created, image_names(request, history),
+                          image_names(request, history, "input_audio"))
     ranks = pipeline.engine.data_parallel_size
     if request.prompt_cache_key is not None and ranks > 1:
         # One conversation's turns on one engine rank: the one whose prefix cache holds what they share
