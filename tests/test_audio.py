@@ -329,7 +329,8 @@ def test_a_text_field_in_a_bad_encoding_is_a_400(client):
 def test_the_decoding_threads_end_with_the_app_and_start_again_with_it():
     speech = FakeSpeech()
     engine = FakeEngine(max_model_len=256, script=script, speech=speech)
-    app = create_app(Settings(served_model_name="fake-model", store_url=None), engine_factory=fake_engine_factory(engine))
+    app = create_app(Settings(served_model_name="fake-model", store_url=None),
+                     engine_factory=fake_engine_factory(engine))
     for _ in range(2):  # the same app started twice (litestar run, a test client reopened)
         with TestClient(app) as client:
             assert post(client, language="en").status_code == 200
