@@ -77,6 +77,19 @@ class AudioPolicy:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_gate", asyncio.Semaphore(self.decodes))
 
+    def _payload(self, part: dict[str, Any], name: str) -> str:
+        """An audio part's base64 data, once its form and size are acceptable."""
+        if part["type"] == "input_audio":
+            payload: str = part["input_audio"]["data"]
+        else:
+            head, comma, payload = part["audio_url"]["url"].partition(",")
+            if head[:5].lower() != "data:" or not comma or not head.lower().endswith(";base64"):
+                raise AudioRefused(400, "An audio URL is a data URL (data:audio/wav;base64,...): audio URLs are not "
+                                        "fetched by this server.", name)
+        if len(payload) * 3 // 4 > self.max_bytes + 2:
+            raise self.too_large(name)
+        return payload
+
     def close(self) -> None:
         """At the app's shutdown: its threads end (an app started again makes new ones)."""
         threads = self._threads
@@ -101,14 +114,14 @@ class AudioPolicy:
                                     f"({self.max_seconds:g} s, CHOIR_MAX_AUDIO_SECONDS).", param)
         return found
 
-    async def run(self, work: Callable[[bytes], T], data: bytes) -> T:
-        """`work(data)` in one of the policy's threads, when one is free."""
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in one of the policy's threads, when one is free."""
         async with self._gate:
             threads = self._threads
             if threads is None:  # made on first use: an app that never decodes starts no thread
                 threads = ThreadPoolExecutor(self.decodes, thread_name_prefix="choir-audio")
                 object.__setattr__(self, "_threads", threads)
-            return await asyncio.get_running_loop().run_in_executor(threads, work, data)
+            return await asyncio.get_running_loop().run_in_executor(threads, work, *args)
 
     def refused(self, exc: ValueError, param: str) -> AudioRefused:
         """A decoder's refusal (vLLM's loader: too long once decoded, damaged data) as a 400 naming `param`."""
@@ -135,27 +148,13 @@ class AudioPolicy:
                 raise AudioRefused(400, f"At most {max_audios} audio part(s) may be provided in one prompt (the "
                                         "engine's --limit-mm-per-prompt).", name)
         for part, name in parts:
-            await self.check(await self.run(_part_bytes(part, name, self), b""), name)
+            await self.check(await self.run(_b64decode, self._payload(part, name), name), name)
         return [name for _, name in parts]
 
 
-def _part_bytes(part: dict[str, Any], name: str, policy: AudioPolicy) -> Callable[[bytes], bytes]:
-    """The audio part's bytes (base64 decoded in a policy thread: megabytes take milliseconds)."""
-    if part["type"] == "input_audio":
-        payload = part["input_audio"]["data"]
-    else:
-        url = part["audio_url"]["url"]
-        head, comma, payload = url.partition(",")
-        if head[:5].lower() != "data:" or not comma or not head.lower().endswith(";base64"):
-            raise AudioRefused(400, "An audio URL is a data URL (data:audio/wav;base64,...): audio URLs are not "
-                                    "fetched by this server.", name)
-    if len(payload) * 3 // 4 > policy.max_bytes + 2:
-        raise policy.too_large(name)
-
-    def decode(_: bytes) -> bytes:
-        try:
-            return base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise AudioRefused(400, "The audio data is not valid base64.", name) from None
-
-    return decode
+def _b64decode(payload: str, name: str) -> bytes:
+    """In a policy thread: base64 of megabytes takes milliseconds."""
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise AudioRefused(400, "The audio data is not valid base64.", name) from None

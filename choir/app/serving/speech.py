@@ -4,7 +4,6 @@ chunk of the model's window (all sent at once, as vLLM does), and the answer in 
 (choir/app/serving/speech_formats.py), or streamed as OpenAI streams a transcript."""
 
 import asyncio
-import functools
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
@@ -101,7 +100,7 @@ async def plan_speech(pipeline: Pipeline, form: TranscriptionForm, data: bytes, 
     policy = pipeline.audio
     await policy.check(data, "file")
     try:
-        audio = await policy.run(functools.partial(_decode, speech, policy.max_seconds), data)
+        audio = await policy.run(speech.decode, data, policy.max_seconds)
     except ValueError as exc:
         raise policy.refused(exc, "file") from None
     engine = pipeline.engine
@@ -126,10 +125,6 @@ async def plan_speech(pipeline: Pipeline, form: TranscriptionForm, data: bytes, 
         repetition_penalty=form.repetition_penalty, logprobs=0 if segmented else None,
         extra_args=form.vllm_xargs)
     return SpeechPlan(task, form, model, speech, audio, language, prompts, options, sampling)
-
-
-def _decode(speech: Speech, max_seconds: float, data: bytes) -> Audio:
-    return speech.decode(data, max_seconds)
 
 
 async def _detect(engine: Engine, speech: Speech, audio: Audio, request_id: str) -> str:
