@@ -13,13 +13,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from choir.tiny.text import BUILDER_VERSION as MODEL_VERSION
-from choir.tiny.text import EOS, MARKUP_TOKENS, _is_plain_text, build_atomically
+from choir.tiny.text import EOS, MARKUP_TOKENS, _is_plain_text, _write_json, build_atomically, extend_tokenizer
 
 AUDIO_LM_VERSION = MODEL_VERSION + "-audio-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 AUDIO_BOS, AUDIO_TOKEN, AUDIO_EOS = "<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>"
@@ -49,23 +47,10 @@ def build_audio_lm(target: Path, base: Path, *, force: bool = False) -> Path:
 
 
 def _write(out: Path, base: Path) -> None:
-    tok = _write_tokenizer(out, base)
+    tok = extend_tokenizer(out, base, [AUDIO_BOS, AUDIO_TOKEN, AUDIO_EOS], CHAT_TEMPLATE, audio_bos_token=AUDIO_BOS,
+                           audio_token=AUDIO_TOKEN, audio_eos_token=AUDIO_EOS)
     _write_weights(out, base, tok)
     _write_processor(out)
-
-
-def _write_tokenizer(out: Path, base: Path) -> Any:
-    from tokenizers import AddedToken, Tokenizer
-
-    tok = Tokenizer.from_file(str(base / "tokenizer.json"))
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (AUDIO_BOS, AUDIO_TOKEN, AUDIO_EOS)])
-    tok.save(str(out / "tokenizer.json"))
-    config = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["chat_template"] = CHAT_TEMPLATE
-    config.update(audio_bos_token=AUDIO_BOS, audio_token=AUDIO_TOKEN, audio_eos_token=AUDIO_EOS)
-    _write_json(out / "tokenizer_config.json", config)
-    shutil.copyfile(base / "special_tokens_map.json", out / "special_tokens_map.json")
-    return tok
 
 
 def _write_weights(out: Path, base: Path, tok: Any) -> None:
@@ -145,7 +130,3 @@ def _write_processor(out: Path) -> None:
     _write_json(out / "processor_config.json", {
         "processor_class": "Qwen2AudioProcessor", "audio_token": AUDIO_TOKEN, "audio_bos_token": AUDIO_BOS,
         "audio_eos_token": AUDIO_EOS})
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from choir.tiny.text import BUILDER_VERSION as MODEL_VERSION
-from choir.tiny.text import _corpus, _is_plain_text, build_atomically
+from choir.tiny.text import _is_plain_text, build_atomically, train_bpe
 
 SPEECH_VERSION = MODEL_VERSION + "-whisper-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 WINDOW_SECONDS = 5
@@ -55,15 +55,9 @@ def _write(out: Path) -> None:
 
 
 def _write_processor(out: Path) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import WhisperFeatureExtractor, WhisperProcessor, WhisperTokenizer
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(_corpus(), trainer=trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    bpe = train_bpe(VOCAB_SIZE)
     saved = json.loads(bpe.to_str())["model"]
     vocab, merges = saved["vocab"], [tuple(pair) for pair in saved["merges"]]
     tokenizer = WhisperTokenizer(vocab=vocab, merges=merges, unk_token=EOT, bos_token=EOT, eos_token=EOT,

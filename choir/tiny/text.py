@@ -70,20 +70,43 @@ def _corpus() -> list[str]:
     return variants * 20
 
 
-def _build_tokenizer(out: Path) -> Any:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_bpe(vocab_size: int, special_tokens: list[str] | None = None) -> Any:
+    """A byte-level BPE trained on the corpus, `special_tokens` first (ids 0, 1, ...)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens or [],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    return tok
+
+
+def extend_tokenizer(out: Path, base: Path, tokens: list[str], chat_template: str, **config: Any) -> Any:
+    """The tiny model's tokenizer at `base`, written to `out` with `tokens` added as special tokens (the last
+    ids), `chat_template` and `config` in its tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tok = Tokenizer.from_file(str(base / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in tokens])
+    tok.save(str(out / "tokenizer.json"))
+    written = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
+    written.update(chat_template=chat_template, **config)
+    _write_json(out / "tokenizer_config.json", written)
+    shutil.copyfile(base / "special_tokens_map.json", out / "special_tokens_map.json")
+    return tok
+
+
+def _build_tokenizer(out: Path) -> Any:
+    from tokenizers import AddedToken, processors
+
+    tok = train_bpe(VOCAB_SIZE, SPECIAL_TOKENS)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
     # Plain encodes (completions, add_special_tokens=True) get a bos; the chat
     # template adds its own bos and vLLM encodes chat prompts without specials.

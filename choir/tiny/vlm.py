@@ -14,13 +14,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from choir.tiny.text import BUILDER_VERSION as MODEL_VERSION
-from choir.tiny.text import EOS, MARKUP_TOKENS, _is_plain_text, build_atomically
+from choir.tiny.text import EOS, MARKUP_TOKENS, _is_plain_text, _write_json, build_atomically, extend_tokenizer
 
 VLM_VERSION = MODEL_VERSION + "-vlm-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 IMAGE_TOKEN = "<image>"
@@ -57,22 +55,9 @@ def build_vlm(target: Path, base: Path, *, force: bool = False) -> Path:
 
 
 def _write_vlm(out: Path, base: Path) -> None:
-    tok = _write_tokenizer(out, base)
+    tok = extend_tokenizer(out, base, [IMAGE_TOKEN], CHAT_TEMPLATE)
     _write_weights(out, base, tok)
     _write_processor(out)
-
-
-def _write_tokenizer(out: Path, base: Path) -> Any:
-    from tokenizers import AddedToken, Tokenizer
-
-    tok = Tokenizer.from_file(str(base / "tokenizer.json"))
-    tok.add_special_tokens([AddedToken(IMAGE_TOKEN, special=True, normalized=False)])
-    tok.save(str(out / "tokenizer.json"))
-    config = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["chat_template"] = CHAT_TEMPLATE
-    _write_json(out / "tokenizer_config.json", config)
-    shutil.copyfile(base / "special_tokens_map.json", out / "special_tokens_map.json")
-    return tok
 
 
 def _write_weights(out: Path, base: Path, tok: Any) -> None:
@@ -163,7 +148,3 @@ def _write_processor(out: Path) -> None:
     _write_json(out / "processor_config.json", {
         "processor_class": "LlavaProcessor", "image_token": IMAGE_TOKEN, "patch_size": PATCH_SIZE,
         "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1})
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
