@@ -9,6 +9,7 @@ an error its `param`, `type` and message.
     .venv/bin/python -m conformance.audio [--out FILE]
 """
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -129,19 +130,14 @@ def describe(response: httpx.Response) -> list[str]:
     return facts
 
 
+def post(path: str, fields: dict[str, str], audio: bytes, base_url: str) -> httpx.Response:
+    data: dict[str, Any] = {"model": MODEL, "temperature": "0", "seed": "3", **fields}
+    return httpx.post(base_url + path, files={"file": ("audio.wav", audio)}, data=data, timeout=TIMEOUT)
+
+
 def run_cases(server: Server) -> dict[str, str]:
-    results = {}
-    for name, _, path, fields, audio in CASES:
-        data: dict[str, Any] = {"model": MODEL, "temperature": "0", "seed": "3", **fields}
-        try:
-            response = httpx.post(server.base_url + path, files={"file": ("audio.wav", audio)}, data=data,
-                                  timeout=TIMEOUT)
-            facts = describe(response)
-        except httpx.HTTPError as exc:
-            facts = [f"**no answer** ({type(exc).__name__})"]
-        results[name] = "<br>".join(facts)
-    results["after"] += f"<br>/health {httpx.get(f'{server.base_url}/health', timeout=10).status_code}"
-    return results
+    return side_by_side.run_each(server, [(name, functools.partial(post, path, fields, audio))
+                                          for name, _, path, fields, audio in CASES], describe)
 
 
 def main() -> None:

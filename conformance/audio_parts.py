@@ -9,6 +9,7 @@ conformance/images.py does for images.
 """
 
 import base64
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,13 @@ def start_choir(log: Path) -> Server:
                                   "CHOIR_STORE": "off", "CHOIR_LOG_LEVEL": "warning", "VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
+def post(path: str, payload: dict, base_url: str) -> httpx.Response:
+    return httpx.post(base_url + path, json=payload, timeout=TIMEOUT)
+
+
 def run_cases(server: Server) -> dict[str, str]:
-    results = {}
-    for name, _, path, payload in CASES:
-        try:
-            facts = describe(httpx.post(server.base_url + path, json=payload, timeout=TIMEOUT))
-        except httpx.HTTPError as exc:
-            facts = [f"**no answer** ({type(exc).__name__})"]
-        results[name] = "<br>".join(facts)
-    results["after"] += f"<br>/health {httpx.get(f'{server.base_url}/health', timeout=10).status_code}"
-    return results
+    return side_by_side.run_each(server, [(name, functools.partial(post, path, payload))
+                                          for name, _, path, payload in CASES], describe)
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+
 from tests.integration.server import Server
 
 Result = TypeVar("Result")
@@ -30,6 +32,20 @@ def compare(name: str, start_choir: Callable[[Path], Server], start_vllm: Callab
         finally:
             server.stop()
     return results, time.monotonic() - began
+
+
+def run_each(server: Server, cases: Sequence[tuple[str, Callable[[str], httpx.Response]]],
+             describe: Callable[[httpx.Response], list[str]]) -> dict[str, str]:
+    """Each case's reply (its request sent to the server's base URL) as facts; /health after the last."""
+    results = {}
+    for name, send in cases:
+        try:
+            facts = describe(send(server.base_url))
+        except httpx.HTTPError as exc:
+            facts = [f"**no answer** ({type(exc).__name__})"]
+        results[name] = "<br>".join(facts)
+    results[cases[-1][0]] += f"<br>/health {httpx.get(f'{server.base_url}/health', timeout=10).status_code}"
+    return results
 
 
 def out_path(description: str) -> Path | None:
