@@ -107,9 +107,13 @@ def healthy(server: Server) -> Server:
     try:
         wait_until_healthy(server.process, server.base_url)
     except RuntimeError as exc:
+        left = ""
         if server.process.poll() is None:
-            server.stop()
-        raise RuntimeError(f"{exc}:\n{server.log()[-4000:]}") from None
+            try:
+                server.stop()
+            except AssertionError as stuck:  # the log says more about why than the processes left
+                left = f" ({stuck})"
+        raise RuntimeError(f"{exc}{left}:\n{server.log()[-4000:]}") from None
     return server
 
 

@@ -57,16 +57,40 @@ def _headless_node(tmp_path, rpc_port: int) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
+def _head_and_node(tmp_path) -> tuple[Server, subprocess.Popen]:
+    """The head (Choir) and its headless node. A head retried on another port (its engine took the one it was
+    given) needs a fresh node too: the first one handshook with the head that exited."""
+    for attempt in range(3):
+        rpc_port = free_port()
+        node = _headless_node(tmp_path, rpc_port)
+        try:
+            head = start_server(tmp_path / "head.log", {
+                "VLLM_CPU_OMP_THREADS_BIND": "0", "CHOIR_FANOUT_PLACEMENT": "spread",
+                "CHOIR_ENGINE_ARGS": f"--data-parallel-size 2 --data-parallel-size-local 1 "
+                                     f"--data-parallel-address 127.0.0.1 --data-parallel-rpc-port {rpc_port}"},
+                                attempts=1, serve=True)
+            return head, node
+        except RuntimeError as exc:
+            _stop(node)
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise RuntimeError(f"{exc}\nthe headless node's log:\n"
+                                   f"{(tmp_path / 'headless.log').read_text(errors='replace')[-4000:]}") from None
+    raise AssertionError("unreachable")
+
+
+def _stop(node: subprocess.Popen) -> None:
+    if node.poll() is None:
+        node.terminate()
+        try:
+            node.wait(60)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait()
+
+
 def test_a_remote_headless_engine_serves_then_dies_cleanly(tmp_path):
-    rpc_port = free_port()
-    node = _headless_node(tmp_path, rpc_port)
-    head = None
+    head, node = _head_and_node(tmp_path)
     try:
-        head = start_server(tmp_path / "head.log", {
-            "VLLM_CPU_OMP_THREADS_BIND": "0", "CHOIR_FANOUT_PLACEMENT": "spread",
-            "CHOIR_ENGINE_ARGS": f"--data-parallel-size 2 --data-parallel-size-local 1 "
-                                 f"--data-parallel-address 127.0.0.1 --data-parallel-rpc-port {rpc_port}"},
-                             serve=True)
         for _ in range(4):
             reply = httpx.post(f"{head.base_url}/v1/completions", timeout=60,
                                json={"prompt": "hi", "max_tokens": 4, "n": 4})
@@ -92,8 +116,5 @@ def test_a_remote_headless_engine_serves_then_dies_cleanly(tmp_path):
             time.sleep(0.1)
         assert node.wait(60) is not None  # the headless node stops once its engine is gone
     finally:
-        if head is not None:
-            head.stop()
-        if node.poll() is None:
-            node.terminate()
-            node.wait(60)
+        head.stop()
+        _stop(node)
