@@ -66,7 +66,7 @@ def test_one_process_runners_say_they_run_one(env, fragment):
     assert len(lines) == 1 and fragment in lines[0], result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("env, fragment", [
+BAD_SERVE_SETTINGS = [
     ({"CHOIR_API_SERVERS": "two"}, "CHOIR_API_SERVERS"),
     # What each worker would refuse, refused once by the supervisor.
     ({"CHOIR_API_SERVERS": "2", "CHOIR_COMPAT": "openai-ish"}, "CHOIR_COMPAT"),
@@ -76,7 +76,25 @@ def test_one_process_runners_say_they_run_one(env, fragment):
      "CHOIR_ENGINE_ARGS: the engine refuses these flags"),
     ({"CHOIR_API_SERVERS": "2", "CHOIR_ENGINE_ARGS": "--data-parallel-size 2 --data-parallel-rank 1"},
      "Non-MoE models do not support external data parallel mode"),
-])
+]
+
+
+@pytest.mark.parametrize("env, fragment", BAD_SERVE_SETTINGS)
+def test_choir_serve_with_a_bad_setting_stops_with_one_line(env, fragment, environ, capfd):
+    """`choir serve`'s own code, in this process (the next test runs the command for one of them)."""
+    from choir.cli.serve import main
+
+    environ.update(env)
+    with pytest.raises(SystemExit) as exited:
+        main(["--port", "0"])
+    assert exited.value.code == 2
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("choir:")]
+    assert len(lines) == 1 and fragment in lines[0], err[-2000:]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("env, fragment", BAD_SERVE_SETTINGS[:1])
 def test_choir_serve_with_a_bad_setting_exits_with_one_line(env, fragment):
     result = _run(["-m", "choir.cli.serve", "--port", "0"], env)
     assert result.returncode == 2

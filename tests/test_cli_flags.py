@@ -167,9 +167,12 @@ def test_the_command_says_one_line_and_exits_2_for_a_refused_option():
     assert result.stderr.strip().splitlines()[-1] == "choir: --grpc is not served by Choir: Choir serves HTTP only."
 
 
-def test_an_unknown_option_is_vllms_usage_error():
-    result = run_choir("serve", "--no-such-option")
-    assert result.returncode == 2 and "unrecognized arguments: --no-such-option" in result.stderr
+def test_an_unknown_option_is_vllms_usage_error(environ, capfd):
+    from choir.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--no-such-option"])
+    assert exited.value.code == 2 and "unrecognized arguments: --no-such-option" in capfd.readouterr().err
 
 
 def test_help_shows_choirs_options_and_says_vllms_are_accepted():

@@ -103,12 +103,37 @@ def test_bad_engine_args_are_one_clear_error(tmp_path, flags, fragment):
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("env", [{"CHOIR_MAX_N": "many"}, {"CHOIR_COMPAT": "openai-ish"},
-                                 {"CHOIR_ENGINE_ARGS": "--no-such-flag"}, {"CHOIR_TOOL_PARSER": "no-such-parser"},
-                                 {"CHOIR_REASONING_PARSER": "no-such-parser"},
-                                 {"CHOIR_ENGINE_ARGS": "--data-parallel-size 2 --data-parallel-size-local 3"}])
+BAD_SERVER_SETTINGS = [{"CHOIR_MAX_N": "many"}, {"CHOIR_COMPAT": "openai-ish"},
+                       {"CHOIR_ENGINE_ARGS": "--no-such-flag"}, {"CHOIR_TOOL_PARSER": "no-such-parser"},
+                       {"CHOIR_REASONING_PARSER": "no-such-parser"},
+                       {"CHOIR_ENGINE_ARGS": "--data-parallel-size 2 --data-parallel-size-local 3"}]
+
+
+@pytest.mark.parametrize("env", BAD_SERVER_SETTINGS)
+def test_the_app_with_a_bad_setting_stops_starting_with_one_line(env, environ, capfd):
+    """Both kinds, in this process: checked when the app is built (SystemExit with the line), and when the lifespan
+    parses the engine's flags (the line printed once, the start-up failed). The next test shows what a real server
+    process does with one of each."""
+    from litestar.testing import TestClient
+
+    from choir.app.asgi import create_app
+
+    environ.update(env)
+    try:
+        app = create_app()
+    except SystemExit as exc:
+        lines = [str(exc.code)]
+    else:
+        with pytest.raises(BaseException) as raised:
+            with TestClient(app):
+                pass
+        assert raised.type is SettingsError or raised.group_contains(SettingsError), raised.value
+        lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("choir:")]
+    assert len(lines) == 1 and lines[0].startswith(f"choir: {list(env)[0]}"), lines
+
+
+@pytest.mark.parametrize("env", [BAD_SERVER_SETTINGS[0], BAD_SERVER_SETTINGS[2]])
 def test_server_with_a_bad_setting_exits_with_one_line(env):
-    """Both kinds: checked when the app is built, and when the engine's flags are parsed."""
     result = subprocess.run(
         [sys.executable, "-m", "uvicorn", "--factory", "choir.app.asgi:create_app", "--port", "0"],
         cwd=ROOT, env={**__import__("os").environ, **env}, capture_output=True, text=True, timeout=120)
