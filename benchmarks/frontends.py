@@ -75,9 +75,12 @@ def _start(name: str, log: Path) -> Server:
     port = free_port()
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
         "VLLM_CPU_KVCACHE_SPACE", "1"), "CHOIR_LOG_LEVEL": "warning"}
-    if name == "choir":
-        command = [sys.executable, "-m", "litestar", "--app", "choir.app.asgi:create_app", "run", "--host", "127.0.0.1",
-                   "--port", str(port)]
+    cwd = ROOT
+    if name == "choir" or name.startswith("choir@"):
+        cwd = Path(name.partition("@")[2] or ROOT)
+        app = "choir.app.asgi:create_app" if (cwd / "choir" / "app").is_dir() else "app.asgi:create_app"  # before #34
+        command = [sys.executable, "-m", "litestar", "--app", app, "run", "--host", "127.0.0.1", "--port", str(port)]
+        env["PYTHONPATH"] = str(cwd)  # that checkout's code, not the one installed
     elif name == "vllm":  # vLLM's own Python server, with the very flags Choir gives the engine
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *engine_flags(), "--host",
                    "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning"]
@@ -87,7 +90,7 @@ def _start(name: str, log: Path) -> Server:
         command, env = rust_command(engine_flags(), port, env)
     else:
         raise ValueError(f"unknown contestant {name}")
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     server = Server(name, process, f"http://127.0.0.1:{port}", process.pid)
     try:
         wait_until_healthy(process, server.base_url)
@@ -170,7 +173,7 @@ def run_contestant(name: str, plan: list[Scenario]) -> dict[str, dict]:
         from benchmarks.engine_direct import measure_all
 
         return asyncio.run(measure_all(plan))
-    server = start(name, RESULTS / f"{name}.log")
+    server = start(name, RESULTS / f"{name.replace('/', '_')}.log")
     try:
         return {s.label: asyncio.run(measure_http(server, s)) for s in plan if _serves(name, s)}
     finally:
@@ -189,7 +192,8 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--tokens", type=int, nargs="+", default=[16, 128])
     parser.add_argument("--quick", action="store_true", help="concurrency 16 and 16 tokens only")
     parser.add_argument("--contestants", nargs="+", default=["choir", "vllm", "engine"],
-                        help="choir, vllm, engine, rust (needs benchmarks/rust_frontend.py's set-up)")
+                        help="choir, vllm, engine, rust (needs benchmarks/rust_frontend.py's set-up), choir@DIR (Choir "
+                             "from another checkout, an older commit's worktree: `git worktree add DIR COMMIT`)")
     parser.add_argument("--endpoints", nargs="+", choices=["completions", "chat"], default=["completions", "chat"])
     parser.add_argument("--n", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--modes", nargs="+", choices=["stream", "whole"], default=["stream", "whole"])

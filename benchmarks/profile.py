@@ -48,6 +48,8 @@ STAGES: list[tuple[str, tuple[str, ...], tuple[str, ...] | None]] = [
     # not a stage: a sample in them goes to whoever called them)
     ("render (chat template, tokenizer)", ("vllm/renderers/", "vllm/entrypoints/chat_utils", "engine/vllm/base.py",
                                            "plugins/media.py", "jinja2/"), None),
+    ("vLLM's server (FastAPI, serving, pydantic)", ("vllm/entrypoints/", "fastapi/", "starlette/", "pydantic/",
+                                                    "pydantic_core/"), None),
     ("engine output processing", ("vllm/v1/engine/output_processor.py", "vllm/v1/engine/detokenizer.py",
                                   "vllm/v1/engine/logprobs.py", "vllm/v1/metrics/", "vllm/outputs.py"), None),
     ("engine hand-off (input, ZMQ)", ("vllm/v1/engine/", "zmq/", "vllm/sampling_params.py",
