@@ -121,7 +121,8 @@ def summarize(raw: Path, top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contestant", default="choir", choices=["choir", "vllm", "null"])
+    parser.add_argument("--contestant", default="choir",
+                        help="choir, vllm, null (Choir over the scripted engine), choir@DIR (another checkout)")
     parser.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
     parser.add_argument("--n", type=int, default=1)
     parser.add_argument("--stream", action="store_true")
@@ -134,7 +135,7 @@ def main() -> None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     RESULTS.mkdir(parents=True, exist_ok=True)
     scenario = Scenario(args.endpoint, args.n, args.stream, args.tokens, args.concurrency, args.requests)
-    label = f"{args.contestant}-{args.endpoint}-n{args.n}-{'stream' if args.stream else 'whole'}"
+    label = f"{args.contestant.replace('/', '_')}-{args.endpoint}-n{args.n}-{'stream' if args.stream else 'whole'}"
     raw = RESULTS / f"profile-{label}.txt"
     raw.unlink(missing_ok=True)
     if args.contestant == "null":  # Choir over the scripted engine: the front end's own cost alone
@@ -142,7 +143,7 @@ def main() -> None:
 
         server = start_null(args.tokens)
     else:
-        server = start(args.contestant, RESULTS / f"{args.contestant}.log")
+        server = start(args.contestant, RESULTS / f"{args.contestant.replace('/', '_')}.log")
     try:
         asyncio.run(run_scenario(server.base_url, Scenario(args.endpoint, args.n, args.stream, 4, 4, 32)))  # warm
         mode = ["--native"] if args.native else ["--nonblocking"]
