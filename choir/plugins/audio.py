@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from choir.core.errors import APIError
+from choir.core.protocol.chat import AUDIO_PARTS
 
 T = TypeVar("T")
-AUDIO_PARTS = ("input_audio", "audio_url")
 HEARS_NOTHING = ("The served model takes no audio: serve an audio-language model (Qwen2-Audio, Ultravox, ...) to send "
                  "it, or a speech-to-text model for /v1/audio/transcriptions (docs/api/audio.md).")
 

@@ -201,20 +201,19 @@ def _tool_output(where: str, output: str | list[ToolOutputPart]) -> str | list[d
     return _chat_parts(f"{where}.output", output)
 
 
-def image_names(request: ResponsesRequest, history: list[dict[str, Any]] | None,
-                part_type: str = "input_image") -> list[str]:
-    """Where each image (`part_type`: or each audio part) of the chat messages came from, in their order: the
-    stored history, then `input`."""
+def part_names(request: ResponsesRequest, history: list[dict[str, Any]] | None, part_type: str) -> list[str]:
+    """Where each part of `part_type` (`input_image`, `input_audio`) of the chat messages came from, in their
+    order: the stored history, then `input`."""
     stored = "conversation" if request.conversation is not None else "previous_response_id"
-    names = [stored for item in history or () for _ in _images(item, part_type)]
+    names = [stored for item in history or () for _ in _parts(item, part_type)]
     if not isinstance(request.input, str):
         names += [f"input[{i}].{field}[{j}]" for i, item in enumerate(request.input)
-                  for field, j in _images(item, part_type)]
+                  for field, j in _parts(item, part_type)]
     return names
 
 
-def _images(item: Any, part_type: str = "input_image") -> list[tuple[str, int]]:
-    """Where a message's (or a tool output's) images (parts of `part_type`) are: (its field, each one's index)."""
+def _parts(item: Any, part_type: str) -> list[tuple[str, int]]:
+    """Where a message's (or a tool output's) parts of `part_type` are: (its field, each one's index)."""
     if not isinstance(item, dict):
         return []
     kind = item.get("type", "message")
@@ -253,8 +252,8 @@ async def _plan_fitting(pipeline: Pipeline, request: ResponsesRequest, history: 
                         response_id: str, created: int) -> ChatJob:
     """Planned; under `truncation: "auto"` a history fits only if it leaves room for `max_output_tokens` too, as
     OpenAI reserves the output before it cuts (else a cut history could leave room for one token)."""
-    job = await plan_chat(pipeline, to_chat(request, history), response_id, created, image_names(request, history),
-                          image_names(request, history, "input_audio"))
+    job = await plan_chat(pipeline, to_chat(request, history), response_id, created,
+                          part_names(request, history, "input_image"), part_names(request, history, "input_audio"))
     ranks = pipeline.engine.data_parallel_size
     if request.prompt_cache_key is not None and ranks > 1:
         # One conversation's turns on one engine rank: the one whose prefix cache holds what they share

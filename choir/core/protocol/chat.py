@@ -23,11 +23,14 @@ class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
     image_url: ImageURL
 
 
+# OpenAI's `wav` or `mp3`; any container the server reads is taken (choir/plugins/audio.py). vLLM writes it into a
+# data URL's media type: a word.
+AudioFormat = Annotated[str, Meta(pattern=r"^[A-Za-z0-9.+-]{1,16}$")]
+
+
 class InputAudio(msgspec.Struct, kw_only=True):
     data: str  # base64 of the file
-    # OpenAI's `wav` or `mp3`; any container the server reads is taken (choir/plugins/audio.py). vLLM writes it
-    # into a data URL's media type: a word.
-    format: Annotated[str, Meta(pattern=r"^[A-Za-z0-9.+-]{1,16}$")]
+    format: AudioFormat
 
 
 class InputAudioPart(msgspec.Struct, tag_field="type", tag="input_audio"):
@@ -47,6 +50,7 @@ class AudioURLPart(msgspec.Struct, tag_field="type", tag="audio_url"):
 
 
 ContentPart = TextPart | ImagePart | InputAudioPart | AudioURLPart
+AUDIO_PARTS = ("input_audio", "audio_url")  # the `type` of a chat message's audio parts
 
 
 class ChatMessage(msgspec.Struct, kw_only=True):

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from choir.core.protocol.chat import JsonObjectFormat, JsonSchema, TextFormat, TokenLogprob
+from choir.core.protocol.chat import AudioFormat, JsonObjectFormat, JsonSchema, TextFormat, TokenLogprob
 
 
 class InputText(msgspec.Struct, tag_field="type", tag="input_text"):
@@ -29,7 +29,7 @@ class InputImage(msgspec.Struct, tag_field="type", tag="input_image", kw_only=Tr
 
 class InputAudioData(msgspec.Struct, kw_only=True):
     data: str  # base64 of the file
-    format: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9.+-]{1,16}$")]  # `wav`, `mp3`, ...: a word
+    format: AudioFormat  # `wav`, `mp3`, ...: a word
 
 
 class InputAudio(msgspec.Struct, tag_field="type", tag="input_audio", kw_only=True):

@@ -6,6 +6,7 @@ import os
 from functools import partial
 from typing import Any
 
+from choir.core.protocol.chat import AUDIO_PARTS
 from choir.core.settings import SettingsError
 from choir.engine.protocol import (
     CHAT_RENDER,
@@ -140,7 +141,7 @@ class VllmBase(VllmOperator):
             if refused is None:
                 raise
             if in_media:
-                kind = "audio" if any(part.get("type") in ("input_audio", "audio_url") for m in messages
+                kind = "audio" if any(part.get("type") in AUDIO_PARTS for m in messages
                                       if isinstance(m.get("content"), list) for part in m["content"]) else "images"
                 raise ImagesRejected(f"The {kind} cannot be processed for the model: {refused.message}",
                                      "messages") from exc
