@@ -169,6 +169,7 @@ class FakeEngine(FakeOperator):
     max_images: int = 0
     max_audios: int = 0
     speech: Any = None  # a FakeSpeech (tests/test_audio.py): the model takes audio
+    realtime: Any = None  # a FakeRealtime (tests/test_realtime.py): the model transcribes streamed audio
     tokenizer: Any = None  # a real tokenizer, for scripts whose token ids must mean something (parsers)
     cached_tokens: int | None = None  # what each output says of the prefix cache (None: nothing)
     is_alive: bool = True

@@ -25,6 +25,8 @@ BUNDLED_VLM_DIR = MODELS_DIR / "choir-tiny-vlm"
 BUNDLED_SPEECH_DIR = MODELS_DIR / "choir-tiny-whisper"
 # A tiny audio-language model (Qwen2-Audio-style), the same: audio parts in chat.
 BUNDLED_AUDIO_DIR = MODELS_DIR / "choir-tiny-audio"
+# A tiny streaming speech model (Qwen3-ASR-style), the same: /v1/realtime (and /v1/audio/transcriptions).
+BUNDLED_REALTIME_DIR = MODELS_DIR / "choir-tiny-realtime"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Stored responses: a SQLite file in .choir/ of the directory Choir is started from.

@@ -17,7 +17,7 @@ from choir.engine.outputs import EngineOutput
 from choir.engine.parsing import Parsers
 from choir.engine.prompt import Prompt
 from choir.engine.sampling import Sampling
-from choir.engine.speech import Speech
+from choir.engine.speech import Realtime, Speech
 
 
 class ImagesRejected(EngineRejected):
@@ -99,6 +99,7 @@ class Engine(Tokenizing, Operator, Protocol):
     priority_scheduling: bool  # --scheduling-policy priority: `priority` orders requests
     data_parallel_size: int  # engine ranks this process can send a request to (1 without data parallelism)
     speech: Speech | None  # a speech-to-text model's side (choir/engine/speech.py); None for a text model
+    realtime: Realtime | None  # a streaming speech model's side (/v1/realtime); None for any other
 
     @property
     def is_alive(self) -> bool: ...

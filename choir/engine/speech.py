@@ -3,7 +3,7 @@ on /v1/audio/transcriptions): the seam's side of it. `VllmSpeech` (choir/engine/
 with the model class's own prompts, chunking and post-processing; the serving side (choir/app/serving/speech.py)
 reads the form, checks the audio, generates and writes the answer."""
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -72,4 +72,30 @@ class Speech(Protocol):
 
     def audio_tokens(self, seconds: float) -> int:
         """What the audio counts for in a stream's prompt_tokens, as vLLM counts it (0: nothing)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """One step of a streamed transcript."""
+
+    text: str  # the text added
+    tokens: int  # the tokens added
+    prompt_tokens: int  # the request's prompt so far: each segment of audio adds its own
+
+
+class Realtime(Protocol):
+    """What Choir needs from an engine whose model transcribes audio as it streams in (vLLM's SupportsRealtime:
+    Qwen3-ASR, Voxtral realtime), for /v1/realtime: `VllmRealtime` (choir/engine/vllm/realtime.py) implements
+    it with the model class's own buffering and prompts; choir/app/serving/realtime.py runs the websocket."""
+
+    sample_rate: int  # of the PCM16 the client sends (mono, little-endian)
+
+    def samples(self, pcm16: bytes) -> Any:
+        """The client's PCM16 as the waveform `transcribe` takes (even-length bytes)."""
+        ...
+
+    def transcribe(self, audio: AsyncIterator[Any], request_id: str) -> AsyncGenerator[Transcribed, None]:
+        """One engine request over the whole stream of waveforms, ended when `audio` ends: the model's own
+        segments as they fill, its text as it writes it. Closing the generator aborts the request."""
         ...

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from litestar import Request, Response
 from litestar.config.app import AppConfig
 from litestar.enums import ScopeType
@@ -75,6 +77,18 @@ def api_key(scope: Scope) -> bytes | None:
     return bearer or other or None
 
 
+async def _deny_websocket(scope: Scope, send: Send, failure: APIError) -> None:
+    """A handshake without the key: the 401 in OpenAI's error shape where the server can answer a handshake with a
+    response (uvicorn's, as vLLM's server answers it), else the handshake refused (a 403)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": failure.message[:120]})
+        return
+    headers = [(b"content-type", b"application/json"),
+               *((name.lower().encode(), value.encode()) for name, value in failure.headers.items())]
+    await send({"type": "websocket.http.response.start", "status": failure.status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": msgspec.json.encode(failure.body)})
+
+
 def _unauthorized(message: str) -> APIError:
     error = APIError(401, message)
     error.headers = {"WWW-Authenticate": "Bearer"}
@@ -82,7 +96,7 @@ def _unauthorized(message: str) -> APIError:
 
 
 class BearerAuthMiddleware(ASGIMiddleware):
-    scopes = (ScopeType.HTTP,)
+    scopes = (ScopeType.HTTP, ScopeType.WEBSOCKET)
 
     def __init__(self, config: AuthConfig) -> None:
         self.config = config
@@ -93,9 +107,12 @@ class BearerAuthMiddleware(ASGIMiddleware):
             return
         # The route's template (`/v1/models/{model}`), which the router set: no client's spelling.
         failure = self.config.failure(self.config.is_open(scope["path_template"]), api_key(scope))
-        if failure is not None:
+        if failure is None:
+            await next_app(scope, receive, send)
+        elif scope["type"] == ScopeType.WEBSOCKET:
+            await _deny_websocket(scope, send, failure)
+        else:
             raise failure
-        await next_app(scope, receive, send)
 
 
 def _auth_first(config: AuthConfig, handler: Callable[[Request, Exception], Response]) -> Callable[..., Response]:

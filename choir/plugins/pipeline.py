@@ -10,7 +10,7 @@ engine plugin's lifespan fills, and the compat rules from the route the spec plu
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from litestar import Request
+from litestar import Request, WebSocket
 from litestar.config.app import AppConfig
 from litestar.di import NamedDependency, Provide
 from litestar.params import SkipValidation
@@ -71,6 +71,17 @@ if TYPE_CHECKING:
 PipelineDependency = NamedDependency[SkipValidation[Pipeline]]
 
 
+@dataclass(frozen=True, slots=True)
+class SocketPipeline:
+    """What a websocket handler (/v1/realtime) takes: the generation engine and the audio policy."""
+
+    engine: Engine
+    audio: AudioPolicy
+
+
+SocketPipelineDependency = NamedDependency[SkipValidation[SocketPipeline]]
+
+
 class PipelinePlugin(InitPlugin):
     """Provides `pipeline`, from the state the engine plugin's config (`engines`) names."""
 
@@ -96,6 +107,10 @@ class PipelinePlugin(InitPlugin):
             return Pipeline(operation_compat(request), fan_out, engine, Aggregator(engine), state[engines_key],
                             state.get(parsers_key), defaults, media, audio, store_key)
 
+        def provide_socket_pipeline(socket: WebSocket) -> SocketPipeline:
+            return SocketPipeline(socket.app.state[engine_key], audio)
+
         app_config.dependencies["pipeline"] = Provide(provide_pipeline, sync_to_thread=False)
+        app_config.dependencies["socket_pipeline"] = Provide(provide_socket_pipeline, sync_to_thread=False)
         app_config.on_shutdown.append(audio.close)  # its decoding threads
         return app_config

@@ -21,7 +21,7 @@ from litestar import Response as LitestarResponse
 from litestar.config.app import AppConfig
 from litestar.enums import HttpMethod
 from litestar.exceptions import ImproperlyConfiguredException
-from litestar.handlers import HTTPRouteHandler
+from litestar.handlers import HTTPRouteHandler, WebsocketRouteHandler
 from litestar.plugins import InitPlugin
 from litestar.types import Empty
 from litestar.utils import normalize_path
@@ -146,7 +146,7 @@ class SpecPlugin(InitPlugin):
             operation_ids = getattr(handler, _MARK, None)
             if operation_ids is None:
                 if _outside_schema(handler):
-                    bound.append(handler)  # e.g. the docs UI's static assets
+                    bound.append(handler)  # e.g. the docs UI's static assets, /v1/realtime
                     continue
                 raise ImproperlyConfiguredException(
                     f"Route handler {handler!r} is not bound to a spec operation: mark it with @operation(...).")
@@ -239,5 +239,7 @@ def operation_compat(request: Request) -> OperationCompat:
 def _outside_schema(handler: Any) -> bool:
     if isinstance(handler, Router):
         return all(_outside_schema(h) for route in handler.routes for h in getattr(route, "route_handlers", ()))
+    if isinstance(handler, WebsocketRouteHandler):  # OpenAPI describes no websockets (/v1/realtime)
+        return True
     # Routers pass it on to handlers that leave it unset (Empty); only False opts out.
     return isinstance(handler, HTTPRouteHandler) and handler.include_in_schema is not True

@@ -1,12 +1,12 @@
 """`choir-tiny-models [--out DIR]`: the bundled tiny model and, beside it, its LoRA adapter, the pooling models and
 the vision-language model and the speech-to-text model (`<out>-lora`, `<out>-embed`, `<out>-rerank`,
-`<out>-classify`, `<out>-vlm`, `<out>-whisper`) and the audio-language model (`<out>-audio`). Each is
-kept when already built by this version of its builder."""
+`<out>-classify`, `<out>-vlm`, `<out>-whisper`), the audio-language model (`<out>-audio`) and the streaming
+speech model (`<out>-realtime`). Each is kept when already built by this version of its builder."""
 
 import argparse
 from pathlib import Path
 
-from choir.tiny import audio_lm, extras, speech, text, vlm
+from choir.tiny import audio_lm, extras, realtime, speech, text, vlm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
             (beside("vlm"), vlm.VLM_VERSION, lambda: vlm.build_vlm(beside("vlm"), model, force=force)),
             (beside("whisper"), speech.SPEECH_VERSION, lambda: speech.build_speech(beside("whisper"), force=force)),
             (beside("audio"), audio_lm.AUDIO_LM_VERSION,
-             lambda: audio_lm.build_audio_lm(beside("audio"), model, force=force))):
+             lambda: audio_lm.build_audio_lm(beside("audio"), model, force=force)),
+            (beside("realtime"), realtime.REALTIME_VERSION,
+             lambda: realtime.build_realtime(beside("realtime"), model, force=force))):
         existed = not force and text.is_complete(target, version)
         print(f"{'up to date' if existed else 'built'}: {make()}")
     return 0

@@ -21,6 +21,7 @@ from choir.app.routes.invocations import invocations
 from choir.app.routes.messages import count_message_tokens, create_message
 from choir.app.routes.models import list_models, retrieve_model
 from choir.app.routes.operator import OPERATOR_HANDLERS
+from choir.app.routes.realtime import REALTIME_HANDLERS
 from choir.app.routes.pooling import create_classification, create_rerank, create_score
 from choir.app.routes.responses import (
     cancel_response,
@@ -37,4 +38,5 @@ ROUTE_HANDLERS = [list_models, retrieve_model, create_completion, create_chat_co
                   create_conversation_items, list_conversation_items, get_conversation_item, delete_conversation_item,
                   create_embedding, create_tokens, create_text, create_rerank, create_score, create_classification,
                   load_lora_adapter, unload_lora_adapter, invocations, create_message, count_message_tokens,
-                  *FILE_HANDLERS, *BATCH_HANDLERS, *AUDIO_HANDLERS, *OPERATOR_HANDLERS]
+                  *FILE_HANDLERS, *BATCH_HANDLERS, *AUDIO_HANDLERS, *OPERATOR_HANDLERS,
+                  *REALTIME_HANDLERS]

@@ -18,11 +18,12 @@ from choir.engine.protocol import (
     UnknownAdapter,
 )
 from choir.engine.sampling import Sampling
-from choir.engine.speech import Speech
+from choir.engine.speech import Realtime, Speech
 from choir.engine.vllm.base import VllmBase
 from choir.engine.vllm.errors import reraise
 from choir.engine.vllm.grammar import GrammarGate
 from choir.engine.vllm.parsers import VllmParsers
+from choir.engine.vllm.realtime import VllmRealtime
 from choir.engine.vllm.sampling import SamplingAdapter
 from choir.engine.vllm.speech import VllmSpeech
 
@@ -51,6 +52,7 @@ class VllmEngine(VllmBase):
         # --enable-log-requests (an engine flag): each request logged by vLLM's own RequestLogger, as its server does
         self.request_log: Any = None
         self.speech: Speech | None = VllmSpeech.of(engine)  # a speech-to-text model (Whisper, ...): /v1/audio/*
+        self.realtime: Realtime | None = VllmRealtime.of(engine)  # a streaming one (Qwen3-ASR, ...): /v1/realtime
 
     async def generate(self, prompt: Prompt, params: Sampling, request_id: str,
                        options: GenerateOptions = NO_OPTIONS) -> AsyncGenerator[EngineOutput, None]:
