@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-
 from litestar import Request, Response
 from litestar.config.app import AppConfig
 from litestar.enums import ScopeType
 from litestar.exceptions import MethodNotAllowedException, NotFoundException
 from litestar.middleware import ASGIMiddleware
 from litestar.plugins import InitPlugin
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp, Receive, Scope, Send, WebSocketResponseBodyEvent, WebSocketResponseStartEvent
 
 from choir.core.errors import APIError
 from choir.plugins.spec import routed_path
@@ -85,8 +84,12 @@ async def _deny_websocket(scope: Scope, send: Send, failure: APIError) -> None:
         return
     headers = [(b"content-type", b"application/json"),
                *((name.lower().encode(), value.encode()) for name, value in failure.headers.items())]
-    await send({"type": "websocket.http.response.start", "status": failure.status, "headers": headers})
-    await send({"type": "websocket.http.response.body", "body": msgspec.json.encode(failure.body)})
+    start: WebSocketResponseStartEvent = {"type": "websocket.http.response.start", "status": failure.status,
+                                          "headers": headers}
+    await send(start)
+    body: WebSocketResponseBodyEvent = {"type": "websocket.http.response.body",
+                                        "body": msgspec.json.encode(failure.body), "more_body": False}
+    await send(body)
 
 
 def _unauthorized(message: str) -> APIError:

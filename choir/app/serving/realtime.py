@@ -93,7 +93,7 @@ class RealtimeSession:
                 message = await socket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                text = message.get("text")
+                text: str | None = message.get("text")  # type: ignore[assignment]
                 try:
                     if text is None:
                         raise Refused("Events are JSON in text frames, not binary ones.", "invalid_event")
