@@ -7,6 +7,7 @@ handshake; the same model's /v1/audio/transcriptions; the text model's server sa
 import base64
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.engine
 
 MODEL = "choir-tiny-realtime"
 KEY = "sk-realtime"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 SEGMENT_TOKENS = 83  # a full 5 s segment's prompt: the chat markup and 65 audio tokens (13 a second)
 
 
@@ -112,6 +114,18 @@ def test_the_same_model_transcribes_whole_files(served):
     sdk = openai.OpenAI(base_url=f"{served.base_url}/v1", api_key=KEY, max_retries=0, timeout=120)
     answer = sdk.audio.transcriptions.create(model=MODEL, file=("a.wav", wav(3)))
     assert answer.text.strip() and answer.usage.type == "duration" and answer.usage.seconds == 3
+
+
+def test_the_docs_example_runs(served, capsys):
+    blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / "api" / "audio.md").read_text(), re.M | re.S)
+    (block,) = [block for block in blocks if "/v1/realtime" in block]
+    local = 'connect("ws://127.0.0.1:8000/v1/realtime")'
+    assert local in block
+    keyed = f'connect("{url(served.base_url)}", additional_headers={{"Authorization": "Bearer {KEY}"}})'
+    block = block.replace(local, keyed)
+    exec(compile(block, "audio.md realtime example", "exec"), {})
+    out = capsys.readouterr().out
+    assert "'type': 'session.created'" in out and "'type': 'transcription.done'" in out
 
 
 def test_the_text_models_server_says_it_cannot_stream_speech(server):
