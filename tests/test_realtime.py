@@ -259,3 +259,25 @@ def test_the_session_runs_on_one_event_loop_with_other_requests(client):
         send(ws, "input_audio_buffer.commit", final=True)
         assert until_done(ws)[1]["text"] == " end"
 
+
+
+def metric(client: TestClient, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+def test_sessions_are_counted_under_vllms_metric_names(client):
+    total, seconds = (metric(client, "vllm:websocket_connections_total"),
+                      metric(client, "vllm:websocket_connection_duration_seconds_count"))
+    with client.websocket_connect(PATH) as ws:
+        opened(ws)
+        assert metric(client, "vllm:websocket_connections_active") >= 1
+        send(ws, "input_audio_buffer.commit", final=True)
+        until_done(ws)
+    deadline = time.monotonic() + 10
+    while metric(client, "vllm:websocket_connection_duration_seconds_count") == seconds and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert metric(client, "vllm:websocket_connections_total") == total + 1
+    assert metric(client, "vllm:websocket_connection_duration_seconds_count") == seconds + 1

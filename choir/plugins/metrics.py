@@ -1,7 +1,7 @@
 """GET /metrics in Prometheus text format: vLLM's own engine metrics (vllm:num_requests_running,
 vllm:num_requests_waiting, KV-cache usage, token counters: AsyncLLM registers them in this process)
 and Choir's: requests by route and status, fan-out children, stream disconnects, and end-to-end
-latency and time-to-first-chunk histograms. Open like /health.
+latency and time-to-first-chunk histograms; /v1/realtime's websocket sessions under vLLM's names. Open like /health.
 
 With several API processes (choir/cli/serve.py) prometheus_client runs in its multiprocess mode, as vLLM's does:
 each process writes its samples to PROMETHEUS_MULTIPROC_DIR, and any process answers /metrics with all of
@@ -13,7 +13,15 @@ from functools import cache
 from litestar import Response
 from litestar.config.app import AppConfig
 from litestar.plugins import InitPlugin
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from choir.plugins.spec import operation
@@ -29,6 +37,12 @@ FANOUT_CHILDREN = Counter("choir_fanout_children", "Child engine requests made b
 STREAM_DISCONNECTS = Counter("choir_stream_disconnects", "Streams the client left before they ended")
 REQUEST_DISCONNECTS = Counter("choir_request_disconnects",
                               "Non-streamed requests the client left before the response was ready")
+# /v1/realtime's sessions, under the names vLLM's server gives them (its WebSocketMetricsMiddleware)
+WEBSOCKETS_ACTIVE = Gauge("vllm:websocket_connections_active", "Number of currently active WebSocket connections.",
+                          multiprocess_mode="livesum")
+WEBSOCKETS = Counter("vllm:websocket_connections", "Total number of WebSocket connections.")
+WEBSOCKET_SECONDS = Histogram("vllm:websocket_connection_duration_seconds", "Duration of WebSocket connections in "
+                              "seconds.", buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
 
 
 @cache

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from choir.core.protocol.realtime import (
 from choir.engine.protocol import Engine, EngineDead, EngineRejected
 from choir.engine.speech import Realtime
 from choir.plugins.audio import AudioPolicy
+from choir.plugins.metrics import WEBSOCKET_SECONDS, WEBSOCKETS, WEBSOCKETS_ACTIVE
 
 log = structlog.get_logger("choir.realtime")
 NOT_REALTIME = ("The served model does not transcribe streamed audio: serve a realtime speech model (Qwen3-ASR, "
@@ -83,6 +85,17 @@ class RealtimeSession:
     async def run(self) -> None:
         socket = self._socket
         await socket.accept()
+        began = time.monotonic()
+        WEBSOCKETS.inc()
+        WEBSOCKETS_ACTIVE.inc()
+        try:
+            await self._serve()
+        finally:
+            WEBSOCKETS_ACTIVE.dec()
+            WEBSOCKET_SECONDS.observe(time.monotonic() - began)
+
+    async def _serve(self) -> None:
+        socket = self._socket
         if self._realtime is None:
             await self._send(ErrorEvent(NOT_REALTIME, "model_not_realtime"))
             await socket.close(WS_1008_POLICY_VIOLATION, "not a realtime model")
