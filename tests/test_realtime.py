@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
+from structlog.testing import capture_logs
 
 from choir.app.asgi import create_app
 from choir.core.settings import Settings
@@ -89,17 +90,24 @@ def opened(ws: Any) -> None:
 
 
 def test_an_utterance_streams_its_transcript_and_ends_with_the_usage(client, realtime):
-    with client.websocket_connect(PATH) as ws:
-        opened(ws)
-        send(ws, "input_audio_buffer.append", audio=pcm(1))
-        send(ws, "input_audio_buffer.commit")  # starts transcribing what came and what comes
-        send(ws, "input_audio_buffer.append", audio=pcm(0.5), event_id="ev_1")  # fields it does not define: ignored
-        send(ws, "input_audio_buffer.commit", final=True)
-        deltas, done = until_done(ws)
+    with capture_logs() as logs:
+        with client.websocket_connect(PATH) as ws:
+            opened(ws)
+            send(ws, "input_audio_buffer.append", audio=pcm(1))
+            send(ws, "input_audio_buffer.commit")  # starts transcribing what came and what comes
+            send(ws, "input_audio_buffer.append", audio=pcm(0.5), event_id="ev_1")  # a field it lacks: ignored
+            send(ws, "input_audio_buffer.commit", final=True)
+            deltas, done = until_done(ws)
+        deadline = time.monotonic() + 10
+        while not any(entry["event"] == "realtime session" for entry in logs) and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert deltas == [" 16000", " 8000", " end"]
     assert done == {"type": "transcription.done", "text": " 16000 8000 end",
                     "usage": {"prompt_tokens": 24, "completion_tokens": 4, "total_tokens": 28}}
     assert len(realtime.requests) == 1 and realtime.requests[0].startswith("rt-")
+    [line] = [entry for entry in logs if entry["event"] == "realtime session"]  # one line a session
+    assert line["session"] == realtime.requests[0].rsplit("-", 1)[0] and line["utterances"] == 1
+    assert (line["audio_seconds"], line["prompt_tokens"], line["completion_tokens"]) == (1.5, 24, 4)
 
 
 def test_a_final_commit_alone_transcribes_and_utterances_come_back_in_order(client, realtime):

@@ -81,6 +81,7 @@ class RealtimeSession:
         self._turns: list[asyncio.Task[None]] = []  # each utterance's, in order: each waits for the one before
         self._sending = asyncio.Lock()
         self._id = f"rt-{uuid.uuid4().hex}"
+        self._done: list[tuple[int, Usage]] = []  # each transcribed utterance's audio bytes and usage, for the log
 
     async def run(self) -> None:
         socket = self._socket
@@ -92,7 +93,13 @@ class RealtimeSession:
             await self._serve()
         finally:
             WEBSOCKETS_ACTIVE.dec()
-            WEBSOCKET_SECONDS.observe(time.monotonic() - began)
+            seconds = time.monotonic() - began
+            WEBSOCKET_SECONDS.observe(seconds)
+            rate = self._realtime.sample_rate if self._realtime is not None else 1
+            log.info("realtime session", session=self._id, seconds=round(seconds, 3), utterances=len(self._done),
+                     audio_seconds=round(sum(size for size, _ in self._done) / 2 / rate, 3),
+                     prompt_tokens=sum(usage.prompt_tokens for _, usage in self._done),
+                     completion_tokens=sum(usage.completion_tokens for _, usage in self._done))
 
     async def _serve(self) -> None:
         socket = self._socket
@@ -178,16 +185,16 @@ class RealtimeSession:
         if not utterance.started:
             utterance.started = True
             previous = self._turns[-1] if self._turns else None
-            self._turns.append(asyncio.create_task(self._transcribe(utterance, previous)))
+            request_id = f"{self._id}-{len(self._turns)}"
+            self._turns.append(asyncio.create_task(self._transcribe(utterance, previous, request_id)))
         if event.final:
             utterance.queue.put_nowait(None)
             self._utterance = Utterance()
 
-    async def _transcribe(self, utterance: Utterance, previous: asyncio.Task[None] | None) -> None:
+    async def _transcribe(self, utterance: Utterance, previous: asyncio.Task[None] | None, request_id: str) -> None:
         assert self._realtime is not None
         if previous is not None:
             await asyncio.wait([previous])
-        request_id = f"{self._id}-{len(self._turns)}-{uuid.uuid4().hex[:8]}"
         text: list[str] = []
         prompt_tokens = completion_tokens = 0
         try:
@@ -200,6 +207,7 @@ class RealtimeSession:
                         await self._send(TranscriptionDelta(step.text))
             usage = Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
             await self._send(TranscriptionDone("".join(text), usage))
+            self._done.append((utterance.bytes, usage))
         except EngineRejected as exc:
             await self._send(ErrorEvent(exc.message, "invalid_audio"))
         except EngineDead:
