@@ -270,3 +270,32 @@ def test_of_two_processes_on_one_store_one_runs_a_batch(store_url):
         assert done["status"] == "completed" and done["request_counts"]["completed"] == 12
         assert sorted([len(first_engine.calls), len(second_engine.calls)]) == [0, 12]
         assert [line["custom_id"] for line in lines_of(second, done["output_file_id"])] == [f"r{i}" for i in range(12)]
+
+
+def test_an_idle_runner_looks_for_batches_less_and_less_often_and_a_new_batch_wakes_it(store_url, monkeypatch):
+    """No store work an idle server does not need: the looks back off (POLL_SECONDS doubling to IDLE_POLL_SECONDS);
+    a batch made here is run at once all the same."""
+    from choir.app.serving import batch_runner
+    from choir.plugins.store.batches import BatchStore
+
+    monkeypatch.setattr(batch_runner, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(batch_runner, "IDLE_POLL_SECONDS", 2.0)
+    looks: list[float] = []
+    claim = BatchStore.claim
+
+    async def counted(self, runner):
+        looks.append(time.monotonic())
+        return await claim(self, runner)
+
+    monkeypatch.setattr(BatchStore, "claim", counted)
+    client, _ = make_client(store_url)
+    with client:
+        time.sleep(1.4)  # looks at about 0, 0.02, 0.06, 0.14, 0.30, 0.62, 1.26, then 2.54
+        idle = list(looks)
+        gaps = [later - earlier for earlier, later in zip(idle, idle[1:])]
+        assert 5 <= len(idle) <= 9 and gaps[0] < gaps[-1], gaps  # without the back-off: about 70
+        file_id = upload(client, jsonl([chat_line("r0")]))
+        made = time.monotonic()
+        batch_id = create(client, file_id).json()["id"]
+        assert wait_for(client, batch_id)["status"] == "completed"
+        assert min(look for look in looks if look > made) - made < 0.5  # woken: the next look was a second away

@@ -29,7 +29,10 @@ from choir.plugins.store.store import Store
 from choir.plugins.store.tables import StoreUnavailable
 
 log = structlog.get_logger("choir.batch")
-POLL_SECONDS = 1.0  # how often an idle runner looks for a batch to run
+POLL_SECONDS = 1.0  # how often a runner looks for a batch to run, after one ran or was made here
+# An idle runner looks half as often each time it finds nothing, down to once in this (a batch made in this process
+# wakes it at once; one made in a busy process waits for another's look): an idle server's store is left alone.
+IDLE_POLL_SECONDS = 8.0
 HEARTBEAT_SECONDS = 5  # how often a runner says it still runs its batch (and learns of a cancel, counts progress)
 WINDOW_SECONDS = 24 * 3600  # completion_window "24h"
 DRAIN_SECONDS = 20  # at shutdown, how long the lines in flight may take to be answered and stored
@@ -119,6 +122,7 @@ class BatchRunner:
             self.current.stopping = self.current.stopping or "cancelled"
 
     async def run_forever(self) -> None:
+        wait = POLL_SECONDS
         while not self.closing:
             store = self.stored()
             try:
@@ -129,10 +133,14 @@ class BatchRunner:
                 log.exception("batch claim failed")
                 row = None
             if row is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                    wait = POLL_SECONDS
+                except TimeoutError:
+                    wait = min(wait * 2, IDLE_POLL_SECONDS)
                 self._wake.clear()
                 continue
+            wait = POLL_SECONDS
             try:
                 self.current = Run(self, row.id, row.owner, dict(row.body))
                 await self.current.go()
