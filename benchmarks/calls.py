@@ -21,6 +21,8 @@ SCENARIOS = {
     "chat whole": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}),
     "chat stream": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16,
                                              "stream": True}),
+    "chat n=4 stream": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16,
+                                                 "n": 4, "stream": True}),
     "chat n=4 whole": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16,
                                                 "n": 4}),
     "completions whole": ("/v1/completions", {"prompt": "hi", "max_tokens": 16}),
