@@ -255,36 +255,40 @@ async def stream_chat(aggregator: Aggregator, job: ChatJob,
     started: set[int] = set()
     nulls = job.compat.nulls(ChatChunkChoice)
 
-    def frame(choice: Choice, choice_chunk: ChatChunkChoice) -> bytes:
-        return frames.frame(choice_chunk, usage([choice], generated[choice.index]) if plan.continuous_usage else None)
+    # The loop below runs once a token per choice (64 times for 16 tokens at n = 4): what it can, it reads once.
+    continuous, always_shown = plan.continuous_usage, request.include_reasoning
+    compat_delta, frame = job.compat.delta, frames.frame
 
     async with aclosing(aggregator.merge(job.choices)) as batches:  # closing the stream aborts the choices
         async for batch in batches:
             ready, finished = [], 0
             for choice, output in batch:
-                reader = readers[choice.index]
-                shown = job.shows_tokens(reader)
-                if choice.index not in started:
-                    started.add(choice.index)
-                    cached[choice.index] = output.num_cached_tokens
-                    ready.append(_first_frame(job, frames, choice, plan.continuous_usage))
+                index = choice.index
+                reader = readers[index]
+                shown = always_shown or not reader.reasons  # job.shows_tokens(reader)
+                if index not in started:
+                    started.add(index)
+                    cached[index] = output.num_cached_tokens
+                    ready.append(_first_frame(job, frames, choice, continuous))
                 completion = output.outputs[0]
-                generated[choice.index] += len(completion.token_ids)
+                generated[index] += len(completion.token_ids)
                 finished += output.finished
                 token_ids = request.return_token_ids and shown and bool(completion.token_ids)
                 logprobs = request.logprobs and shown
-                if not completion.text and completion.finish_reason is None and not (logprobs or token_ids):
+                ending = completion.finish_reason is not None
+                extra = ending or logprobs or token_ids
+                if not completion.text and not extra:
                     continue
-                parts = reader.delta(completion.text, list(completion.token_ids), completion.finish_reason is not None)
-                if not parts and completion.finish_reason is None and not (logprobs or token_ids):
+                parts = reader.delta(completion.text, list(completion.token_ids), ending)
+                if not extra and not parts:
                     continue  # held back: e.g. the start of what may be a tool-call marker
-                finish = _finish_reason(job, completion.finish_reason, reader.called)
-                delta = job.compat.delta({}, parts.content, parts.reasoning, parts.tool_calls)
-                chunk = ChatChunkChoice(index=choice.index, delta=delta, finish_reason=finish,
-                                        logprobs=choice_logprobs(job, completion) if shown else None, **nulls)
+                finish = _finish_reason(job, completion.finish_reason, reader.called) if ending else None
+                delta = compat_delta({}, parts.content, parts.reasoning, parts.tool_calls)
+                chunk = ChatChunkChoice(index=index, delta=delta, finish_reason=finish,
+                                        logprobs=choice_logprobs(job, completion) if logprobs else None, **nulls)
                 if token_ids:
                     chunk.token_ids = list(completion.token_ids)
-                ready.append(frame(choice, chunk))
+                ready.append(frame(chunk, usage([choice], generated[index]) if continuous else None))
             if item := outbox.send(ready, finished):
                 yield item
     counts.completion_tokens = sum(generated.values())
