@@ -65,7 +65,9 @@ class Aggregator:
             # aclosing: closing this stream must close (and so abort) the engine request now, not at GC.
             async with aclosing(self._generate(choice)) as outputs:
                 async for output in outputs:
-                    yield [(choice, _check_not_aborted(output))]
+                    if output.finished:
+                        _check_not_aborted(output)
+                    yield [(choice, output)]
             return
 
         # What the choices' pumps have produced and the consumer has not taken, and the future the consumer
@@ -82,7 +84,9 @@ class Aggregator:
         async def pump(choice: Choice) -> None:
             try:
                 async for output in self._generate(choice):
-                    put((choice, _check_not_aborted(output)))
+                    if output.finished:
+                        _check_not_aborted(output)
+                    put((choice, output))
                 put((choice, _DONE))
             except asyncio.CancelledError:
                 raise
