@@ -163,11 +163,12 @@ GROUPS = (
     Group("Audio", (
         Variable("CHOIR_MAX_AUDIO_BYTES", str(25 * 1024 * 1024), "largest audio upload, in bytes",
                  "A 400 naming `file` as soon as the upload passes it (it is not read whole to find out). "
-                 "OpenAI's and vLLM's 25 MB by default."),
+                 "OpenAI's and vLLM's 25 MB by default. On /v1/realtime, the most PCM16 one utterance takes."),
         Variable("CHOIR_MAX_AUDIO_SECONDS", "600", "longest audio, in seconds",
                  "Read from the container's header where it says (WAV, FLAC, OGG, MP3, MP4): a 400 before anything "
                  "is decoded; else the decoder stops at it (vLLM's, for chat's audio parts: Choir sets its "
-                 "VLLM_MAX_AUDIO_DECODE_DURATION_S to this unless given). See [Audio](../api/audio.md)."),
+                 "VLLM_MAX_AUDIO_DECODE_DURATION_S to this unless given); on /v1/realtime, the longest utterance. "
+                 "See [Audio](../api/audio.md)."),
         Variable("CHOIR_AUDIO_DECODES", "2", "audio files decoded at once",
                  "Each in a thread of its own, never on the event loop: a burst of uploads waits for these, "
                  "text requests do not."),
