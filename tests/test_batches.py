@@ -292,7 +292,7 @@ def test_an_idle_runner_looks_for_batches_less_and_less_often_and_a_new_batch_wa
     with client:
         time.sleep(1.4)  # looks at about 0, 0.02, 0.06, 0.14, 0.30, 0.62, 1.26, then 2.54
         idle = list(looks)
-        gaps = [later - earlier for earlier, later in zip(idle, idle[1:])]
+        gaps = [later - earlier for earlier, later in zip(idle, idle[1:], strict=False)]
         assert 5 <= len(idle) <= 9 and gaps[0] < gaps[-1], gaps  # without the back-off: about 70
         file_id = upload(client, jsonl([chat_line("r0")]))
         made = time.monotonic()

@@ -277,6 +277,9 @@ def metric(client: TestClient, name: str) -> float:
 
 
 def test_sessions_are_counted_under_vllms_metric_names(client):
+    from vllm.v1.metrics.prometheus import unregister_vllm_metrics
+
+    unregister_vllm_metrics()  # as a real engine's stat loggers do when they start in this process
     total, seconds = (metric(client, "vllm:websocket_connections_total"),
                       metric(client, "vllm:websocket_connection_duration_seconds_count"))
     with client.websocket_connect(PATH) as ws:

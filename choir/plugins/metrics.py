@@ -8,6 +8,7 @@ each process writes its samples to PROMETHEUS_MULTIPROC_DIR, and any process ans
 them merged (counters and histograms summed; vLLM's engine gauges are "mostrecent": once, not N times)."""
 
 import os
+from contextlib import suppress
 from functools import cache
 from typing import Any
 
@@ -57,7 +58,16 @@ def registry() -> CollectorRegistry:
 
 @operation("metrics")
 async def metrics() -> Response:
+    _register_websocket_metrics()
     return Response(generate_latest(registry()), media_type=CONTENT_TYPE_LATEST)
+
+
+def _register_websocket_metrics() -> None:
+    """An engine started in this process unregisters every "vllm:" collector it finds (vLLM's
+    unregister_vllm_metrics, run when its stat loggers start): the websocket ones are put back for each scrape."""
+    for collector in (WEBSOCKETS_ACTIVE, WEBSOCKETS, WEBSOCKET_SECONDS):
+        with suppress(ValueError):  # registered already
+            REGISTRY.register(collector)
 
 
 def record_request(route: str, method: str, status: int, latency: float, first_chunk: float | None) -> None:

@@ -7,6 +7,7 @@ handshake; the same model's /v1/audio/transcriptions; the text model's server sa
 import base64
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,14 @@ def transcribe(base_url: str, seconds: int, commit_first: bool = True) -> tuple[
     return deltas, event
 
 
-def finished_requests(base_url: str) -> float:
+def metric(base_url: str, name: str) -> float:
+    """The sum of a metric's series (its labels ignored)."""
     metrics = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    return sum(float(value) for value in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$", metrics, re.M))
+    return sum(float(value) for value in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", metrics, re.M))
+
+
+def finished_requests(base_url: str) -> float:
+    return metric(base_url, "vllm:request_success_total")
 
 
 def test_a_session_streams_the_transcript_and_the_same_audio_gives_the_same_text(served):
@@ -77,6 +83,19 @@ def test_a_session_streams_the_transcript_and_the_same_audio_gives_the_same_text
     assert done["usage"]["total_tokens"] == done["usage"]["prompt_tokens"] + 128
     again = transcribe(served.base_url, 7, commit_first=False)[1]  # a final commit alone transcribes too
     assert again == done
+
+
+def test_sessions_are_counted_beside_the_engines_metrics(served):
+    """The engine's stat loggers unregister every "vllm:" collector when they start, the websocket ones too."""
+    before = metric(served.base_url, "vllm:websocket_connections_total")
+    ended = metric(served.base_url, "vllm:websocket_connection_duration_seconds_count")
+    transcribe(served.base_url, 1)
+    assert metric(served.base_url, "vllm:websocket_connections_total") == before + 1
+    deadline = time.monotonic() + 10  # a session's length is observed when the server closes its side
+    while metric(served.base_url, "vllm:websocket_connection_duration_seconds_count") == ended:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert finished_requests(served.base_url) >= 1
 
 
 def test_audio_past_the_models_context_is_cut_into_requests_that_fit(served):
