@@ -4,8 +4,10 @@ each and in order, every refused event an `error` event with vLLM's code after w
 audio limits, a model that cannot stream, a client that leaves, and the API key at the handshake. The real engine
 (the tiny Qwen3-ASR realtime model): tests/integration/test_realtime.py."""
 
+import asyncio
 import base64
 import json
+import threading
 import time
 from typing import Any
 
@@ -15,6 +17,7 @@ from litestar.testing import TestClient
 from structlog.testing import capture_logs
 
 from choir.app.asgi import create_app
+from choir.app.serving.realtime import WAITING_UTTERANCES
 from choir.core.settings import Settings
 from choir.engine.protocol import EngineDead, EngineRejected
 from choir.engine.speech import Transcribed
@@ -29,6 +32,7 @@ class FakeRealtime:
 
     def __init__(self, fail_with: BaseException | None = None) -> None:
         self.fail_with = fail_with
+        self.gate: threading.Event | None = None  # when set here, each request waits for it before it reads audio
         self.requests: list[str] = []
         self.closed: list[str] = []
 
@@ -37,6 +41,8 @@ class FakeRealtime:
 
     async def transcribe(self, audio: Any, request_id: str) -> Any:
         self.requests.append(request_id)
+        while self.gate is not None and not self.gate.is_set():
+            await asyncio.sleep(0.005)
         try:
             total = 0
             async for count in audio:
@@ -122,6 +128,26 @@ def test_a_final_commit_alone_transcribes_and_utterances_come_back_in_order(clie
     assert [first["text"], second["text"], empty["text"]] == [" 16000 end", " 32000 end", " end"]
     assert empty["usage"] == {"prompt_tokens": 0, "completion_tokens": 2, "total_tokens": 2}
     assert len(set(realtime.requests)) == 3
+
+
+def test_a_session_holds_so_many_committed_utterances_and_refuses_the_next_final_commit(client, realtime):
+    realtime.gate = threading.Event()  # the first utterance's request waits: the ones after it wait for it
+    with client.websocket_connect(PATH) as ws:
+        opened(ws)
+        for _ in range(WAITING_UTTERANCES):
+            send(ws, "input_audio_buffer.append", audio=pcm(1))
+            send(ws, "input_audio_buffer.commit", final=True)
+        send(ws, "input_audio_buffer.append", audio=pcm(2))
+        send(ws, "input_audio_buffer.commit", final=True)
+        error = ws.receive_json(timeout=10)
+        assert error["type"] == "error" and error["code"] == "too_many_utterances", error
+        assert error["error"].startswith(f"{WAITING_UTTERANCES} utterances are waiting")
+        realtime.gate.set()
+        texts = [until_done(ws)[1]["text"] for _ in range(WAITING_UTTERANCES)]
+        send(ws, "input_audio_buffer.commit", final=True)  # the refused commit's audio stayed appended
+        last = until_done(ws)[1]
+    assert texts == [" 16000 end"] * WAITING_UTTERANCES and last["text"] == " 32000 end"
+    assert len(set(realtime.requests)) == WAITING_UTTERANCES + 1
 
 
 def test_large_chunks_are_decoded_off_the_event_loop_and_counted_the_same(client, realtime):

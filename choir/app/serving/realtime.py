@@ -6,8 +6,8 @@ ended; the server answers `transcription.delta` as the model writes and `transcr
 utterance is one engine request (the model's own segments feed it as they fill); audio appended after a final
 commit is the next utterance's, transcribed after this one. A refused event is an `error` event with vLLM's code
 and the session goes on: each append is checked (base64, whole samples, not empty) and so is each utterance's
-size against the server's audio limits (CHOIR_MAX_AUDIO_BYTES, CHOIR_MAX_AUDIO_SECONDS). A client that leaves
-aborts its requests.
+size against the server's audio limits (CHOIR_MAX_AUDIO_BYTES, CHOIR_MAX_AUDIO_SECONDS), and a final commit
+against the utterances still in memory (WAITING_UTTERANCES). A client that leaves aborts its requests.
 """
 
 import asyncio
@@ -16,6 +16,7 @@ import binascii
 import contextlib
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,9 @@ NOT_REALTIME = ("The served model does not transcribe streamed audio: serve a re
                 "Voxtral realtime) for /v1/realtime, or send whole files to /v1/audio/transcriptions "
                 "(docs/api/audio.md).")
 THREAD_BYTES = 256 * 1024  # base64 this long is decoded in the audio policy's threads, not on the event loop
+# Utterances a session may have committed and not yet transcribed (each holds its audio, up to the limits): with the
+# open one, a session holds at most five utterances' audio, however fast a client commits.
+WAITING_UTTERANCES = 4
 _encoder = msgspec.json.Encoder()
 
 
@@ -78,10 +82,11 @@ class RealtimeSession:
         self._realtime: Realtime | None = engine.realtime
         self._model: str | None = None
         self._utterance = Utterance()
-        self._turns: list[asyncio.Task[None]] = []  # each utterance's, in order: each waits for the one before
+        self._turns: list[asyncio.Task[None]] = []  # unfinished utterances', in order: each waits for the one before
+        self._count = 0  # utterances begun, for their request ids
         self._sending = asyncio.Lock()
         self._id = f"rt-{uuid.uuid4().hex}"
-        self._done: list[tuple[int, Usage]] = []  # each transcribed utterance's audio bytes and usage, for the log
+        self._done: Counter[str] = Counter()  # what the transcribed utterances came to, for the log
 
     async def run(self) -> None:
         socket = self._socket
@@ -96,10 +101,10 @@ class RealtimeSession:
             seconds = time.monotonic() - began
             WEBSOCKET_SECONDS.observe(seconds)
             rate = self._realtime.sample_rate if self._realtime is not None else 1
-            log.info("realtime session", session=self._id, seconds=round(seconds, 3), utterances=len(self._done),
-                     audio_seconds=round(sum(size for size, _ in self._done) / 2 / rate, 3),
-                     prompt_tokens=sum(usage.prompt_tokens for _, usage in self._done),
-                     completion_tokens=sum(usage.completion_tokens for _, usage in self._done))
+            done = self._done
+            log.info("realtime session", session=self._id, seconds=round(seconds, 3), utterances=done["utterances"],
+                     audio_seconds=round(done["bytes"] / 2 / rate, 3), prompt_tokens=done["prompt_tokens"],
+                     completion_tokens=done["completion_tokens"])
 
     async def _serve(self) -> None:
         socket = self._socket
@@ -182,10 +187,16 @@ class RealtimeSession:
             raise Refused("Model not validated. Make sure to validate the model by sending a session.update event.",
                           "model_not_validated")
         utterance = self._utterance
+        self._turns = [turn for turn in self._turns if not turn.done()]
+        if event.final and len(self._turns) + (not utterance.started) > WAITING_UTTERANCES:
+            raise Refused(f"{WAITING_UTTERANCES} utterances are waiting to be transcribed: commit this one with "
+                          "final: true after the next transcription.done (its audio stays appended).",
+                          "too_many_utterances")
         if not utterance.started:
             utterance.started = True
             previous = self._turns[-1] if self._turns else None
-            request_id = f"{self._id}-{len(self._turns)}"
+            request_id = f"{self._id}-{self._count}"
+            self._count += 1
             self._turns.append(asyncio.create_task(self._transcribe(utterance, previous, request_id)))
         if event.final:
             utterance.queue.put_nowait(None)
@@ -207,7 +218,8 @@ class RealtimeSession:
                         await self._send(TranscriptionDelta(step.text))
             usage = Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
             await self._send(TranscriptionDone("".join(text), usage))
-            self._done.append((utterance.bytes, usage))
+            self._done.update(utterances=1, bytes=utterance.bytes, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens)
         except EngineRejected as exc:
             await self._send(ErrorEvent(exc.message, "invalid_audio"))
         except EngineDead:
