@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
@@ -67,7 +68,8 @@ def transcribe(base_url: str, seconds: int, commit_first: bool = True) -> tuple[
 def metric(base_url: str, name: str) -> float:
     """The sum of a metric's series (its labels ignored)."""
     metrics = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    return sum(float(value) for value in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", metrics, re.M))
+    return sum(sample.value for family in text_string_to_metric_families(metrics) for sample in family.samples
+               if sample.name == name)
 
 
 def finished_requests(base_url: str) -> float:
