@@ -2,6 +2,7 @@
 (as vLLM's `with_cancellation`), and the server goes on serving."""
 
 import asyncio
+import gc
 import json
 
 import pytest
@@ -103,3 +104,58 @@ async def test_a_client_that_leaves_before_its_body_is_read_is_a_disconnect_not_
     [line] = [entry for entry in logs if entry["event"] == "request"]
     assert line["status"] == 499 and line["client_left"] is True
     assert not [entry for entry in logs if entry["log_level"] == "error"], logs
+
+
+async def serve_to_a_client_that_stays(app, path: str, body: dict) -> list[dict]:
+    """One request as uvicorn serves it: the body, then `http.disconnect` only once the response is complete."""
+    sent: list[dict] = []
+    body_sent, done = False, asyncio.Event()
+
+    async def receive() -> dict:
+        nonlocal body_sent
+        if not body_sent:
+            body_sent = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            done.set()
+
+    await asyncio.wait_for(app(http_scope(path), receive, send), 10)
+    return sent
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "x", "max_tokens": 4}),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 4, "stream": True}),
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "n": 4}),
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "n": 4, "stream": True}),
+    ("/v1/messages", {"model": "fake-model", "messages": MESSAGES, "max_tokens": 4}),
+    ("/v1/messages", {"model": "fake-model", "messages": MESSAGES, "max_tokens": 4, "stream": True}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 4, "store": False}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 4, "store": False, "stream": True}),
+])
+async def test_a_served_request_leaves_nothing_for_the_cycle_collector(path, body):
+    """The disconnect watch is stopped at every request's end; a watch that ended cancelled held its request's
+    objects in a reference cycle (its task's CancelledError → traceback → frame → watch → task), which only the
+    garbage collector freed: ~37 objects a request, ~0.06 ms of collection each on the bundled model."""
+    engine = FakeEngine(script=lambda prompt, params: ["a", "b", "c", "d"], delay=0.001)
+    app = create_app(Settings(served_model_name="fake-model"), engine_factory=fake_engine_factory(engine))
+    async with AsyncTestClient(app):
+        for _ in range(3):  # first-use caches
+            await serve_to_a_client_that_stays(app, path, body)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(5):
+                sent = await serve_to_a_client_that_stays(app, path, body)
+                assert sent[0]["status"] == 200
+            gc.collect()
+            left = sorted({type(thing).__qualname__ for thing in gc.garbage})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert left == []
