@@ -2,7 +2,8 @@
 the engine called directly.
 
 Same model directory, same engine flags (Choir's, for the bundled model), one contestant at a time
-(two CPU engines on two cores disturb each other), rounds alternated A B A B. A closed-loop async
+(two CPU engines on two cores disturb each other), rounds alternated A B A B; with `--paired`, every server
+up at once and each scenario run on each in turn (the `engine` contestant is then left out). A closed-loop async
 load generator keeps `concurrency` requests in flight and records requests/s, output tokens/s,
 latency and time-to-first-token percentiles, errors, the front-end process's CPU milliseconds per
 request (user+sys of the process that owns the listening socket, from /proc; the engine core is a
@@ -11,6 +12,7 @@ server and the issue's targets, and writes JSON (every round, and the medians).
 
     python -m benchmarks.frontends [--rounds 2] [--requests 300] [--concurrency 1 16 64] [--tokens 16 128]
     python -m benchmarks.frontends --quick          # concurrency 16, 16 tokens
+    python -m benchmarks.frontends --quick --paired --rounds 4 --contestants choir vllm
     python -m benchmarks.api_servers 1 2            # Choir and vLLM with N API processes (api_servers.py)
 """
 
@@ -180,6 +182,29 @@ def run_contestant(name: str, plan: list[Scenario]) -> dict[str, dict]:
         stop(server)
 
 
+def run_paired(names: list[str], plan: list[Scenario], rounds: int) -> dict[str, dict[str, list[dict]]]:
+    """Every server started at once (all idle but the one measured), then each scenario run on each in turn,
+    round after round, the order turned each round: a scenario's measurements on two servers are seconds apart,
+    not the minutes of a whole pass, so the machine's drift (on shared cores, the same server's CPU per request
+    varies 1.5× from one pass to the next) lands on both alike."""
+    servers = [start(name, RESULTS / f"{name.replace('/', '_')}.log") for name in names]
+    runs: dict[str, dict[str, list[dict]]] = {}
+    try:
+        for round_index in range(rounds):
+            print(f"round {round_index + 1}", flush=True)
+            turn = round_index % len(servers)
+            order = servers[turn:] + servers[:turn]
+            for scenario in plan:
+                for server in order:
+                    if _serves(server.name, scenario):
+                        result = asyncio.run(measure_http(server, scenario))
+                        runs.setdefault(scenario.label, {}).setdefault(server.name, []).append(result)
+    finally:
+        for server in servers:
+            stop(server)
+    return runs
+
+
 def _serves(name: str, scenario: Scenario) -> bool:
     return not (name == "rust" and scenario.n > 1)  # vLLM's Rust front end: "Only n=1 is supported."
 
@@ -197,6 +222,8 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--endpoints", nargs="+", choices=["completions", "chat"], default=["completions", "chat"])
     parser.add_argument("--n", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--modes", nargs="+", choices=["stream", "whole"], default=["stream", "whole"])
+    parser.add_argument("--paired", action="store_true",
+                        help="the servers up at once, each scenario on each in turn (see run_paired)")
     return parser
 
 
@@ -212,7 +239,9 @@ def main() -> None:
     args = arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
     plan = plan_of(args)
     runs: dict[str, dict[str, list[dict]]] = {}
-    for round_index in range(args.rounds):
+    if args.paired:
+        runs = run_paired([name for name in args.contestants if name != "engine"], plan, args.rounds)
+    for round_index in range(0 if args.paired else args.rounds):
         for name in args.contestants:
             print(f"round {round_index + 1}: {name}", flush=True)
             for label, result in run_contestant(name, plan).items():
