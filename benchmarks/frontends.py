@@ -170,12 +170,17 @@ def summarize(runs: list[dict]) -> dict:
     return {k: statistics.median(run[k] for run in runs) for k in keys}
 
 
+def log_of(name: str) -> Path:
+    """Where a contestant's server writes its output (`choir@/tmp/old` → choir@_tmp_old.log)."""
+    return RESULTS / f"{name.replace('/', '_')}.log"
+
+
 def run_contestant(name: str, plan: list[Scenario]) -> dict[str, dict]:
     if name == "engine":
         from benchmarks.engine_direct import measure_all
 
         return asyncio.run(measure_all(plan))
-    server = start(name, RESULTS / f"{name.replace('/', '_')}.log")
+    server = start(name, log_of(name))
     try:
         return {s.label: asyncio.run(measure_http(server, s)) for s in plan if _serves(name, s)}
     finally:
@@ -187,9 +192,11 @@ def run_paired(names: list[str], plan: list[Scenario], rounds: int) -> dict[str,
     round after round, the order turned each round: a scenario's measurements on two servers are seconds apart,
     not the minutes of a whole pass, so the machine's drift (on shared cores, the same server's CPU per request
     varies 1.5× from one pass to the next) lands on both alike."""
-    servers = [start(name, RESULTS / f"{name.replace('/', '_')}.log") for name in names]
+    servers: list[Server] = []
     runs: dict[str, dict[str, list[dict]]] = {}
     try:
+        for name in names:  # inside the try: a server that fails to start stops those already up
+            servers.append(start(name, log_of(name)))
         for round_index in range(rounds):
             print(f"round {round_index + 1}", flush=True)
             turn = round_index % len(servers)
@@ -238,14 +245,15 @@ def plan_of(args: argparse.Namespace) -> list[Scenario]:
 def main() -> None:
     args = arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
     plan = plan_of(args)
-    runs: dict[str, dict[str, list[dict]]] = {}
     if args.paired:
         runs = run_paired([name for name in args.contestants if name != "engine"], plan, args.rounds)
-    for round_index in range(0 if args.paired else args.rounds):
-        for name in args.contestants:
-            print(f"round {round_index + 1}: {name}", flush=True)
-            for label, result in run_contestant(name, plan).items():
-                runs.setdefault(label, {}).setdefault(name, []).append(result)
+    else:
+        runs = {}
+        for round_index in range(args.rounds):
+            for name in args.contestants:
+                print(f"round {round_index + 1}: {name}", flush=True)
+                for label, result in run_contestant(name, plan).items():
+                    runs.setdefault(label, {}).setdefault(name, []).append(result)
     table = {label: {name: summarize(r) for name, r in by_name.items()} for label, by_name in runs.items()}
     print_table(table)
     targets = check_targets(table)

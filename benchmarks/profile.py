@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.frontends import RESULTS, _cpu_seconds, start, stop
+from benchmarks.frontends import RESULTS, _cpu_seconds, log_of, start, stop
 from benchmarks.load import Scenario, run_scenario
 
 
@@ -143,7 +143,7 @@ def main() -> None:
 
         server = start_null(args.tokens)
     else:
-        server = start(args.contestant, RESULTS / f"{args.contestant.replace('/', '_')}.log")
+        server = start(args.contestant, log_of(args.contestant))
     try:
         asyncio.run(run_scenario(server.base_url, Scenario(args.endpoint, args.n, args.stream, 4, 4, 32)))  # warm
         mode = ["--native"] if args.native else ["--nonblocking"]

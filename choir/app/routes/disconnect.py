@@ -41,7 +41,7 @@ class DisconnectWatch:
         except asyncio.CancelledError:
             # stop()'s cancel, ended quietly: a task that ends cancelled keeps its CancelledError, whose traceback
             # holds this frame and so the watch and its task, a cycle (with the request's objects in it) that only
-            # the garbage collector frees: every request's, ~0.1 ms of collection each
+            # the garbage collector frees: every request's, ~0.06 ms of collection each on the bundled model
             return
         except Exception:  # a server whose receive fails once the response is over: nothing to watch
             return
