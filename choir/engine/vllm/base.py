@@ -19,6 +19,7 @@ from choir.engine.protocol import (
 )
 from choir.engine.vllm.errors import rejection, reraise
 from choir.engine.vllm.operator import VllmOperator
+from choir.engine.vllm.text_tokens import direct_encoder
 
 # Where vLLM loads and processes images: an error raised there is the images' fault
 MEDIA_CODE = os.path.join("vllm", "multimodal", "")
@@ -53,6 +54,7 @@ class VllmBase(VllmOperator):
         self.max_audios = _max_items(engine, "audio")
         self._tokenize_params, self._chat_params = TokenizeParams, ChatParams
         self._tokenize_cache: dict[RenderOptions, Any] = {}
+        self._encode = direct_encoder(tokenizer)
 
     def render_chats_with(self, template: str | None, content_format: str) -> None:
         """The server's own chat rendering (vLLM's --chat-template, a file's path or the template itself;
@@ -94,16 +96,28 @@ class VllmBase(VllmOperator):
 
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
-        dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
         tok_params, renderer, extras = self._tokenize(options), self._engine.renderer, prompt_extras(options)
         try:
             if sum(len(p) for p in prompts) <= SMALL_PROMPT:
+                dict_prompts = [self._tokenized(p, tok_params) if isinstance(p, str) else {"prompt_token_ids": p}
+                                for p in prompts]
                 inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
             else:
+                dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
                 inputs = await renderer.render_cmpl_async(dict_prompts, tok_params, prompt_extras=extras)
         except Exception as exc:
             reraise(exc)
         return [prompt_of(engine_input) for engine_input in inputs]
+
+    def _tokenized(self, text: str, params: Any) -> dict[str, Any]:
+        """A short text prompt as vLLM's renderer takes it: tokenized here where that gives its very ids
+        (choir/engine/vllm/text_tokens.py), the text kept beside them as the renderer keeps it; else the text."""
+        if (self._encode is not None and params.max_total_tokens is None and params.truncate_prompt_tokens is None
+                and not params.do_lower_case and not params.return_token_offsets):
+            token_ids = self._encode(text, params.add_special_tokens)
+            if token_ids is not None:
+                return {"prompt_token_ids": token_ids, "prompt": text}
+        return {"prompt": text}
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:

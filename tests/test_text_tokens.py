@@ -1,0 +1,100 @@
+"""A short text prompt tokenized straight by the Rust tokenizer (choir/engine/vllm/text_tokens.py): the very ids
+vLLM's renderer gets from its own tokenizer call, or no answer (the renderer then tokenizes, as before)."""
+
+from functools import cache
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from choir.core.settings import BUNDLED_MODEL_DIR
+from choir.engine.vllm.text_tokens import direct_encoder
+
+TEXTS = ["", " ", "hello there", "  two  spaces ", "<s>Hello</s> <pad> x", "<|user|>\nhi</s>\n<|assistant|>\n",
+         "ünïcödé ✓ 漢字 🙂", "tabs\tand\nnewlines\r\n", "a" * 5000, "<s><s></s>"]
+
+
+@cache
+def vllm_tokenizer():
+    """The bundled model's tokenizer as vLLM's renderer holds it (its cached subclass)."""
+    from transformers import AutoTokenizer
+    from vllm.tokenizers.hf import get_cached_tokenizer
+
+    return get_cached_tokenizer(AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR)))
+
+
+def renderer_ids(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    """What vLLM's renderer asks the tokenizer for a text prompt with no truncation."""
+    from vllm.renderers.params import TokenizeParams
+
+    kwargs = TokenizeParams(max_total_tokens=None, add_special_tokens=add_special_tokens).get_encode_kwargs()
+    return list(tokenizer(text, **kwargs)["input_ids"])
+
+
+@pytest.mark.parametrize("add_special_tokens", [True, False])
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_ids_are_the_renderers(text, add_special_tokens):
+    tokenizer = vllm_tokenizer()
+    encode = direct_encoder(tokenizer)
+    assert encode is not None
+    assert encode(text, add_special_tokens) == renderer_ids(tokenizer, text, add_special_tokens)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200), add_special_tokens=st.booleans())
+def test_any_text_gets_the_renderers_ids(text, add_special_tokens):
+    tokenizer = vllm_tokenizer()
+    encode = direct_encoder(tokenizer)
+    assert encode is not None
+    assert encode(text, add_special_tokens) == renderer_ids(tokenizer, text, add_special_tokens)
+
+
+def test_while_the_backend_truncates_the_renderer_tokenizes():
+    """transformers leaves a truncating call's settings on the shared Rust tokenizer until its next call: the
+    encoder gives no answer meanwhile, rather than a truncated one."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR))
+    encode = direct_encoder(tokenizer)
+    assert encode is not None
+    text = "one two three four five six seven eight"
+    whole = encode(text, True)
+    assert whole is not None and len(whole) > 4
+    assert len(tokenizer(text, truncation=True, max_length=3)["input_ids"]) == 3
+    assert encode(text, True) is None
+    tokenizer(text, truncation=False, max_length=None)  # transformers' own call resets it
+    assert encode(text, True) == whole
+
+
+def test_split_special_tokens_is_the_tokenizers_say():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR), split_special_tokens=True)
+    encode = direct_encoder(tokenizer)
+    assert encode is not None
+    text = "<s>hi</s>"
+    expected = renderer_ids(tokenizer, text, False)  # transformers sets the backend's flag on its call
+    assert encode(text, False) == expected
+    assert tokenizer.convert_tokens_to_ids("<s>") not in expected
+
+
+def test_a_tokenizer_of_its_own_is_left_to_the_renderer():
+    """A class that changes how text is encoded (a model's own tokenizer, vLLM's Mistral one) or no transformers
+    tokenizer at all: no direct encoder."""
+    from transformers import AutoTokenizer
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR))
+
+    class OwnEncoding(type(tokenizer)):  # type: ignore[misc]
+        def _encode_plus(self, *args, **kwargs):
+            return TokenizersBackend._encode_plus(self, *args, **kwargs)
+
+    class OwnCall(type(tokenizer)):  # type: ignore[misc]
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs)
+
+    for kind in (OwnEncoding, OwnCall):
+        tokenizer.__class__ = kind
+        assert direct_encoder(tokenizer) is None
+    assert direct_encoder(object()) is None
