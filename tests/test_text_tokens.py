@@ -1,6 +1,7 @@
 """A short text prompt tokenized straight by the Rust tokenizer (choir/engine/vllm/text_tokens.py): the very ids
 vLLM's renderer gets from its own tokenizer call, or no answer (the renderer then tokenizes, as before)."""
 
+import copy
 from functools import cache
 
 import pytest
@@ -16,11 +17,14 @@ TEXTS = ["", " ", "hello there", "  two  spaces ", "<s>Hello</s> <pad> x", "<|us
 
 @cache
 def vllm_tokenizer():
-    """The bundled model's tokenizer as vLLM's renderer holds it (its cached subclass)."""
+    """The bundled model's tokenizer as vLLM's renderer holds it: its cached subclass, in a pool of copies
+    (vllm/renderers/hf.py)."""
     from transformers import AutoTokenizer
-    from vllm.tokenizers.hf import get_cached_tokenizer
+    from vllm.tokenizers.hf import get_cached_tokenizer, maybe_make_thread_pool
 
-    return get_cached_tokenizer(AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR)))
+    tokenizer = get_cached_tokenizer(AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR)))
+    maybe_make_thread_pool(tokenizer, 2)
+    return tokenizer
 
 
 def renderer_ids(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
@@ -35,6 +39,7 @@ def renderer_ids(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
 @pytest.mark.parametrize("text", TEXTS)
 def test_the_ids_are_the_renderers(text, add_special_tokens):
     tokenizer = vllm_tokenizer()
+    assert type(tokenizer).__name__.startswith("TokenizerPool")
     encode = direct_encoder(tokenizer)
     assert encode is not None
     assert encode(text, add_special_tokens) == renderer_ids(tokenizer, text, add_special_tokens)
@@ -83,6 +88,7 @@ def test_a_tokenizer_of_its_own_is_left_to_the_renderer():
     tokenizer at all: no direct encoder."""
     from transformers import AutoTokenizer
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    from vllm.tokenizers.hf import maybe_make_thread_pool
 
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL_DIR))
 
@@ -97,4 +103,7 @@ def test_a_tokenizer_of_its_own_is_left_to_the_renderer():
     for kind in (OwnEncoding, OwnCall):
         tokenizer.__class__ = kind
         assert direct_encoder(tokenizer) is None
+        pooled = copy.copy(tokenizer)
+        maybe_make_thread_pool(pooled)  # vLLM's pool around it: the class under the pool decides
+        assert type(pooled).__name__.startswith("TokenizerPool") and direct_encoder(pooled) is None
     assert direct_encoder(object()) is None

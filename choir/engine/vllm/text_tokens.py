@@ -8,7 +8,8 @@ token ids instead (with the text: vLLM's renderer does the same once it has toke
 check the renderer makes on token ids (vocabulary, length, truncation) still runs.
 
 Only where it gives the same ids: a tokenizer whose class keeps transformers' own `__call__` and `_encode_plus`
-(vLLM's cached wrapper does; a model's own tokenizer class or vLLM's Mistral tokenizer does not), on a request
+(vLLM's cached wrapper does, and so does the class under vLLM's thread pool; a model's own tokenizer class or
+vLLM's Mistral tokenizer does not), on a request
 with no truncation (vLLM then asks for none), while the backend holds no truncation or padding of its own
 and encodes special tokens as the tokenizer says to. Anything else is vLLM's renderer's, as before.
 """
@@ -28,6 +29,10 @@ def direct_encoder(tokenizer: Any) -> Encoder | None:
     except ImportError:  # another transformers: its call path is not the one read here
         return None
     kind = type(tokenizer)
+    if _pooled(kind):
+        # vLLM's renderer calls a deep copy of the tokenizer, an instance of the class it had before the pool
+        # (choir's encoder reads only this one's backend, and on the event loop's thread: as vLLM's detokenizer)
+        kind = kind.__bases__[0]
     if not (isinstance(tokenizer, TokenizersBackend) and kind.__call__ is PreTrainedTokenizerBase.__call__
             and kind._encode_plus is TokenizersBackend._encode_plus):
         return None
@@ -45,3 +50,13 @@ def direct_encoder(tokenizer: Any) -> Encoder | None:
         return encode(text, add_special_tokens=add_special_tokens).ids
 
     return encoder
+
+
+def _pooled(kind: type) -> bool:
+    """Whether `kind` is vLLM's TokenizerPool (vllm/tokenizers/hf.py), which the renderer puts around a fast
+    tokenizer: its `__call__` and `encode` borrow a deep copy from a pool."""
+    try:
+        from vllm.tokenizers.hf import ThreadSafeHFTokenizerMixin
+    except ImportError:
+        return False
+    return issubclass(kind, ThreadSafeHFTokenizerMixin) and kind.__bases__[1:] == (ThreadSafeHFTokenizerMixin,)
