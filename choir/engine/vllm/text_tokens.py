@@ -9,9 +9,9 @@ check the renderer makes on token ids (vocabulary, length, truncation) still run
 
 Only where it gives the same ids: a tokenizer whose class keeps transformers' own `__call__` and `_encode_plus`
 (vLLM's cached wrapper does, and so does the class under vLLM's thread pool; a model's own tokenizer class or
-vLLM's Mistral tokenizer does not), on a request
-with no truncation (vLLM then asks for none), while the backend holds no truncation or padding of its own
-and encodes special tokens as the tokenizer says to. Anything else is vLLM's renderer's, as before.
+vLLM's Mistral tokenizer does not), on a request with no truncation (vLLM then asks for none), while the backend
+holds no truncation or padding of its own and encodes special tokens as the tokenizer says to. Anything else is
+vLLM's renderer's, as before. The backend is only read here (no setting changed), on the event loop's thread.
 """
 
 from collections.abc import Callable
