@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from choir.core.settings import BUNDLED_MODEL_DIR
-from choir.engine.vllm.text_tokens import direct_encoder
+from choir.engine.vllm.text_tokens import direct_encoder, plain_text_tokens, text_prompt
 
 TEXTS = ["", " ", "hello there", "  two  spaces ", "<s>Hello</s> <pad> x", "<|user|>\nhi</s>\n<|assistant|>\n",
          "ünïcödé ✓ 漢字 🙂", "tabs\tand\nnewlines\r\n", "a" * 5000, "<s><s></s>"]
@@ -107,3 +107,21 @@ def test_a_tokenizer_of_its_own_is_left_to_the_renderer():
         maybe_make_thread_pool(pooled)  # vLLM's pool around it: the class under the pool decides
         assert type(pooled).__name__.startswith("TokenizerPool") and direct_encoder(pooled) is None
     assert direct_encoder(object()) is None
+
+
+def test_only_untruncated_prompts_are_tokenized_here():
+    """What vLLM's renderer tokenizes as it is: Choir's own parameters (no length bound: Choir checks lengths) and
+    none that truncates, lower-cases or asks for offsets."""
+    from vllm.renderers.params import TokenizeParams
+
+    assert plain_text_tokens(TokenizeParams(max_total_tokens=None, add_special_tokens=False))
+    for changed in ({"max_total_tokens": 64}, {"truncate_prompt_tokens": 8}, {"do_lower_case": True},
+                    {"return_token_offsets": True}):
+        assert not plain_text_tokens(TokenizeParams(**{"max_total_tokens": None, **changed}))
+
+
+def test_a_text_prompt_carries_its_ids_only_when_the_encoder_gives_them():
+    assert text_prompt("hi", lambda text, special: [1, 2] if special else [2], True) == {
+        "prompt_token_ids": [1, 2], "prompt": "hi"}
+    assert text_prompt("hi", lambda text, special: None, True) == {"prompt": "hi"}
+    assert text_prompt("hi", None, True) == {"prompt": "hi"}

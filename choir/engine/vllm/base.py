@@ -19,7 +19,7 @@ from choir.engine.protocol import (
 )
 from choir.engine.vllm.errors import rejection, reraise
 from choir.engine.vllm.operator import VllmOperator
-from choir.engine.vllm.text_tokens import direct_encoder
+from choir.engine.vllm.text_tokens import direct_encoder, plain_text_tokens, text_prompt
 
 # Where vLLM loads and processes images: an error raised there is the images' fault
 MEDIA_CODE = os.path.join("vllm", "multimodal", "")
@@ -97,27 +97,19 @@ class VllmBase(VllmOperator):
     async def render_completion(self, prompts: list[str] | list[list[int]],
                                 options: RenderOptions = COMPLETION_RENDER) -> list[Prompt]:
         tok_params, renderer, extras = self._tokenize(options), self._engine.renderer, prompt_extras(options)
+        short = sum(len(p) for p in prompts) <= SMALL_PROMPT
+        # a short text prompt is tokenized here where that gives the renderer's very ids (text_tokens.py)
+        encode = self._encode if short and plain_text_tokens(tok_params) else None
         try:
-            if sum(len(p) for p in prompts) <= SMALL_PROMPT:
-                dict_prompts = [self._tokenized(p, tok_params) if isinstance(p, str) else {"prompt_token_ids": p}
-                                for p in prompts]
+            dict_prompts = [text_prompt(p, encode, tok_params.add_special_tokens) if isinstance(p, str)
+                            else {"prompt_token_ids": p} for p in prompts]
+            if short:
                 inputs = renderer.render_cmpl(dict_prompts, tok_params, prompt_extras=extras)
             else:
-                dict_prompts = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
                 inputs = await renderer.render_cmpl_async(dict_prompts, tok_params, prompt_extras=extras)
         except Exception as exc:
             reraise(exc)
         return [prompt_of(engine_input) for engine_input in inputs]
-
-    def _tokenized(self, text: str, params: Any) -> dict[str, Any]:
-        """A short text prompt as vLLM's renderer takes it: tokenized here where that gives its very ids
-        (choir/engine/vllm/text_tokens.py), the text kept beside them as the renderer keeps it; else the text."""
-        if (self._encode is not None and params.max_total_tokens is None and params.truncate_prompt_tokens is None
-                and not params.do_lower_case and not params.return_token_offsets):
-            token_ids = self._encode(text, params.add_special_tokens)
-            if token_ids is not None:
-                return {"prompt_token_ids": token_ids, "prompt": text}
-        return {"prompt": text}
 
     async def render_chat(self, messages: list[dict[str, Any]], template: ChatTemplateOptions,
                           options: RenderOptions = CHAT_RENDER) -> Prompt:

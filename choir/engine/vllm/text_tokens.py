@@ -52,6 +52,20 @@ def direct_encoder(tokenizer: Any) -> Encoder | None:
     return encoder
 
 
+def plain_text_tokens(params: Any) -> bool:
+    """Whether vLLM's TokenizeParams tokenize a text prompt as it is: no truncation (nor the length check on text
+    that comes with a bound), no lower-casing, no character offsets."""
+    return (params.max_total_tokens is None and params.truncate_prompt_tokens is None and not params.do_lower_case
+            and not params.return_token_offsets)
+
+
+def text_prompt(text: str, encode: Encoder | None, add_special_tokens: bool) -> dict[str, Any]:
+    """A text prompt as vLLM's renderer takes it: with its ids beside the text (as the renderer's own tokenizing
+    leaves it) where `encode` gives them, else the text alone."""
+    token_ids = encode(text, add_special_tokens) if encode is not None else None
+    return {"prompt": text} if token_ids is None else {"prompt_token_ids": token_ids, "prompt": text}
+
+
 def _pooled(kind: type) -> bool:
     """Whether `kind` is vLLM's TokenizerPool (vllm/tokenizers/hf.py), which the renderer puts around a fast
     tokenizer: its `__call__` and `encode` borrow a deep copy from a pool."""
